@@ -1,0 +1,92 @@
+"""Plain-data records that cross module boundaries: measurement outcomes and tuning-log views.
+
+They carry no TVM objects, so they travel between processes (and, later, over HTTP) as they are.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from datetime import datetime
+from enum import Enum
+
+
+class ErrorKind(str, Enum):
+    """Why a candidate has no valid timing."""
+
+    BUILD = "build"  # lowering or code generation failed
+    BUILD_TIMEOUT = "build_timeout"  # the build step ran past its time limit
+    RUN = "run"  # the program raised an error while running
+    RUN_TIMEOUT = "run_timeout"  # the program ran past its time limit
+    CRASH = "crash"  # the measuring process died (segfault, abort, out of memory)
+    INCORRECT = "incorrect"  # the program ran but its result differs from the reference
+
+
+@dataclass(frozen=True)
+class MeasureResult:
+    """The outcome of building and timing one candidate.
+
+    ``samples`` holds every timed repeat in seconds (empty on error); candidates rank by the median.
+    """
+
+    samples: tuple[float, ...] = ()
+    error_kind: ErrorKind | None = None
+    error_msg: str | None = None
+    build_secs: float | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error_kind is None and bool(self.samples)
+
+    @property
+    def median(self) -> float | None:
+        return statistics.median(self.samples) if self.ok else None
+
+
+@dataclass(frozen=True)
+class CandidateResult:
+    """One measured candidate as the tuning log stores it.
+
+    ``verified`` is true when the candidate's output was checked against the reference and matched;
+    only verified, error-free results may become the best record of a workload and target.
+    """
+
+    trace_json: str
+    program_hash: str
+    result: MeasureResult
+    predicted_score: float | None = None
+    verified: bool = False
+    device_id: int | None = None
+
+
+@dataclass(frozen=True)
+class RecordView:
+    """A measured candidate read back from the log."""
+
+    candidate_id: int
+    trace_json: str
+    program_hash: str
+    median_secs: float | None
+    samples: tuple[float, ...]
+    error_kind: ErrorKind | None
+    error_msg: str | None
+    verified: bool
+    job_id: int | None
+    measured_at: datetime | None
+
+
+@dataclass(frozen=True)
+class SummaryRow:
+    """One tuned workload x target pair, as `autosched log` lists it."""
+
+    workload_key: str
+    workload_name: str
+    workload_params: dict[str, object]
+    target_key: str
+    target_json: dict[str, object]
+    best_latency_secs: float | None
+    trials: int
+    failed: int
+    flops: float | None = None

@@ -90,3 +90,17 @@ class SummaryRow:
     trials: int
     failed: int
     flops: float | None = None
+
+
+@dataclass(frozen=True)
+class WorkloadRef:
+    """Enough to rebuild a workload in another process or on another machine.
+
+    Built-in workloads travel as name and parameters; a user's workload carries its TVMScript
+    ``source``. ``key`` is the workload's portable key, checked after rebuilding.
+    """
+
+    name: str
+    params: dict[str, object]
+    key: str
+    source: str | None = None

@@ -1,0 +1,6 @@
+"""Cost models: learned predictions of how fast a candidate schedule runs."""
+
+from autosched.costmodel.adapter import SearchCostModel
+from autosched.costmodel.xgb import XGBCostModel
+
+__all__ = ["SearchCostModel", "XGBCostModel"]

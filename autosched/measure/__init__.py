@@ -1,0 +1,6 @@
+"""Measurement: building and timing candidates in isolated processes, and checking their results."""
+
+from autosched.measure.config import MeasureConfig
+from autosched.measure.local import LocalMeasurer, Measurer
+
+__all__ = ["LocalMeasurer", "MeasureConfig", "Measurer"]

@@ -1,0 +1,153 @@
+"""Isolated measuring processes: one child process that serves requests with a time limit each.
+
+A child that runs past its limit is killed; one that dies (segfault, abort, out of memory) is
+noticed; either way the next request gets a fresh process. Children are also recycled after a fixed
+number of requests so that leaks (loaded libraries, allocator growth) never accumulate.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import os
+import signal
+from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
+from typing import Any, Protocol
+
+STARTUP_TIMEOUT_SECS = 120.0
+_ERROR_TEXT_LIMIT = 2000
+
+
+class Request(Protocol):
+    """A picklable unit of work for a child process."""
+
+    def execute(self) -> Any: ...
+
+
+class ChildTimeout(Exception):
+    """The child ran past the request's time limit and was killed."""
+
+
+class ChildDied(Exception):
+    """The child process died while serving a request."""
+
+
+class RequestFailed(Exception):
+    """The request raised inside the child; the message is the child's error text."""
+
+
+def _describe_exit(exitcode: int | None) -> str:
+    if exitcode is not None and exitcode < 0:
+        try:
+            return f"killed by {signal.Signals(-exitcode).name}"
+        except ValueError:
+            return f"killed by signal {-exitcode}"
+    return f"exited with code {exitcode}"
+
+
+def error_text(error: BaseException) -> str:
+    """An exception as stored text: its type and message, trimmed to a bounded length."""
+    text = f"{type(error).__name__}: {error}".strip()
+    return text if len(text) <= _ERROR_TEXT_LIMIT else text[: _ERROR_TEXT_LIMIT - 3] + "..."
+
+
+def _serve(conn: Connection, env: dict[str, str]) -> None:
+    """The child's main loop: execute each request, send back ("ok", value) or ("error", text)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when measuring stops
+    os.environ.update(env)
+    import tvm  # noqa: F401  (loaded before "ready" so that start-up is not charged to a request)
+
+    conn.send(("ready", None))
+    while True:
+        try:
+            request = conn.recv()
+        except EOFError:
+            return
+        if request is None:
+            return
+        try:
+            reply = ("ok", request.execute())
+        except Exception as error:  # every failure of a candidate is data for the parent
+            reply = ("error", error_text(error))
+        conn.send(reply)
+
+
+class ChildProcess:
+    """A lazily started child that serves one request at a time.
+
+    Not thread safe: use one ChildProcess per thread.
+    """
+
+    def __init__(self, *, env: dict[str, str] | None = None, max_requests: int = 64) -> None:
+        self._env = dict(env or {})
+        self._max_requests = max_requests
+        self._process: BaseProcess | None = None
+        self._conn: Connection | None = None
+        self._served = 0
+
+    def call(self, request: Request, timeout_secs: float) -> Any:
+        """Execute ``request`` in the child and return its value.
+
+        Raises:
+            ChildTimeout: no reply within ``timeout_secs``; the child was killed.
+            ChildDied: the child died while executing the request.
+            RequestFailed: the request raised; the child lives on.
+        """
+        conn = self._ensure_started()
+        conn.send(request)
+        if not conn.poll(timeout_secs):
+            self._kill()
+            raise ChildTimeout(f"no result after {timeout_secs:g} s; the process was killed")
+        try:
+            status, value = conn.recv()
+        except (EOFError, ConnectionResetError, OSError):
+            process = self._process
+            self._kill()
+            exitcode = process.exitcode if process is not None else None
+            raise ChildDied(f"the measuring process {_describe_exit(exitcode)}") from None
+        self._served += 1
+        if self._served >= self._max_requests:
+            self.close()
+        if status == "error":
+            raise RequestFailed(value)
+        return value
+
+    def close(self) -> None:
+        """Ask the child to exit; kill it if it does not."""
+        if self._process is None or self._conn is None:
+            return
+        with contextlib.suppress(BrokenPipeError, OSError):
+            self._conn.send(None)
+        self._process.join(timeout=5)
+        self._kill()
+
+    def _ensure_started(self) -> Connection:
+        if self._process is not None and self._process.is_alive() and self._conn is not None:
+            return self._conn
+        self._kill()
+        context = multiprocessing.get_context("spawn")
+        parent_conn, child_conn = context.Pipe()
+        process = context.Process(target=_serve, args=(child_conn, self._env), daemon=True)
+        process.start()
+        child_conn.close()
+        self._process, self._conn, self._served = process, parent_conn, 0
+        if not parent_conn.poll(STARTUP_TIMEOUT_SECS):
+            self._kill()
+            raise ChildDied(f"the measuring process did not start in {STARTUP_TIMEOUT_SECS:g} s")
+        try:
+            parent_conn.recv()
+        except EOFError:
+            exitcode = process.exitcode
+            self._kill()
+            raise ChildDied(f"the measuring process {_describe_exit(exitcode)} at start") from None
+        return parent_conn
+
+    def _kill(self) -> None:
+        if self._process is not None:
+            if self._process.is_alive():
+                self._process.kill()
+            self._process.join(timeout=5)
+        if self._conn is not None:
+            self._conn.close()
+        self._process, self._conn = None, None

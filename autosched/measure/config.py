@@ -1,0 +1,41 @@
+"""The measurement protocol's settings: how candidates are timed and how long each step may take."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import psutil
+
+
+def _physical_cores() -> int:
+    return psutil.cpu_count(logical=False) or 1
+
+
+@dataclass(frozen=True)
+class MeasureConfig:
+    """How one candidate is built and timed.
+
+    Timing protocol: ``warmup`` untimed calls, then ``repeat`` timed repeats of ``number`` calls
+    each; ``number`` is raised until one repeat lasts at least ``min_repeat_ms``. Every repeat is
+    one recorded sample (the mean of its calls); candidates rank by the median sample. With
+    ``cache_flush`` the CPU caches are flushed before each repeat (inputs other than the first).
+    """
+
+    number: int = 1
+    repeat: int = 3
+    min_repeat_ms: int = 40
+    warmup: int = 1
+    cache_flush: bool = False
+    build_timeout_secs: float = 60.0
+    run_timeout_secs: float = 30.0
+    builders: int = _physical_cores()
+    max_tasks_per_process: int = 64
+    device_index: int = 0
+
+    def __post_init__(self) -> None:
+        if self.number < 1 or self.repeat < 1 or self.warmup < 0 or self.min_repeat_ms < 0:
+            raise ValueError("number and repeat must be >= 1; warmup and min_repeat_ms >= 0")
+        if self.builders < 1 or self.max_tasks_per_process < 1:
+            raise ValueError("builders and max_tasks_per_process must be >= 1")
+        if self.build_timeout_secs <= 0 or self.run_timeout_secs <= 0:
+            raise ValueError("time limits must be positive")

@@ -1,0 +1,166 @@
+"""Measuring candidates on this machine: parallel isolated builds, then exclusive isolated timing.
+
+Builds of one batch run in parallel child processes; timing runs afterwards, one candidate at a
+time in its own child, so no build competes with a timed run for the cores.
+"""
+
+from __future__ import annotations
+
+import queue
+import shutil
+import tempfile
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Protocol
+
+from autosched.measure.child import ChildDied, ChildProcess, ChildTimeout, RequestFailed
+from autosched.measure.config import MeasureConfig
+from autosched.measure.program import BuildRequest, RunRequest, VerifyRequest
+from autosched.records import ErrorKind, MeasureResult, WorkloadRef
+
+
+class Measurer(Protocol):
+    """Builds and times candidates of a workload on one target.
+
+    Failures are data: every candidate gets a MeasureResult, with an error kind where it failed.
+    """
+
+    def measure(self, workload: WorkloadRef, traces: Sequence[str]) -> list[MeasureResult]:
+        """Build and time each trace; results come back in the order of ``traces``."""
+        ...
+
+    def verify(self, workload: WorkloadRef, trace: str, seed: int) -> MeasureResult | None:
+        """Check a candidate's output on fresh inputs drawn from ``seed``.
+
+        Returns None when it matches the reference, else a result with the error (``incorrect``
+        for a wrong answer, or the kind of failure that prevented the check).
+        """
+        ...
+
+    def close(self) -> None:
+        """Stop the measuring processes."""
+        ...
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _failure(kind: ErrorKind, message: str, started_at: datetime, **extra: float) -> MeasureResult:
+    return MeasureResult(
+        error_kind=kind, error_msg=message, started_at=started_at, finished_at=_now(), **extra
+    )
+
+
+class LocalMeasurer:
+    """A Measurer that uses child processes on this machine.
+
+    Built libraries of the latest batch are kept until the next batch so that verifying one of its
+    candidates does not build it again.
+    """
+
+    def __init__(self, target: dict, config: MeasureConfig | None = None) -> None:
+        self._target = target
+        self._config = config or MeasureConfig()
+        limit = self._config.max_tasks_per_process
+        self._builders: queue.SimpleQueue[ChildProcess] = queue.SimpleQueue()
+        self._all_builders = [
+            ChildProcess(env={"TVM_NUM_THREADS": "1"}, max_requests=limit)
+            for _ in range(self._config.builders)
+        ]
+        for builder in self._all_builders:
+            self._builders.put(builder)
+        self._runner = ChildProcess(max_requests=limit)
+        self._workdir = Path(tempfile.mkdtemp(prefix="autosched-measure-"))
+        self._batch = 0
+        self._artifacts: dict[str, str] = {}
+
+    @property
+    def config(self) -> MeasureConfig:
+        return self._config
+
+    def measure(self, workload: WorkloadRef, traces: Sequence[str]) -> list[MeasureResult]:
+        self._start_batch()
+        with ThreadPoolExecutor(max_workers=len(self._all_builders)) as pool:
+            built = list(
+                pool.map(
+                    lambda item: self._build(workload, item[1], str(item[0])), enumerate(traces)
+                )
+            )
+        return [
+            self._run(workload, trace, outcome) if isinstance(outcome, tuple) else outcome
+            for trace, outcome in zip(traces, built, strict=True)
+        ]
+
+    def verify(self, workload: WorkloadRef, trace: str, seed: int) -> MeasureResult | None:
+        started_at = _now()
+        artifact = self._artifacts.get(trace)
+        if artifact is None:
+            outcome = self._build(workload, trace, "verify")
+            if isinstance(outcome, MeasureResult):
+                return outcome
+            artifact = self._artifacts[trace]
+        request = VerifyRequest(workload, artifact, self._target, seed, self._config.device_index)
+        try:
+            mismatch = self._runner.call(request, self._config.run_timeout_secs)
+        except ChildTimeout as error:
+            return _failure(ErrorKind.RUN_TIMEOUT, str(error), started_at)
+        except ChildDied as error:
+            return _failure(ErrorKind.CRASH, str(error), started_at)
+        except RequestFailed as error:
+            return _failure(ErrorKind.RUN, str(error), started_at)
+        if mismatch is not None:
+            return _failure(ErrorKind.INCORRECT, mismatch, started_at)
+        return None
+
+    def close(self) -> None:
+        for child in [*self._all_builders, self._runner]:
+            child.close()
+        shutil.rmtree(self._workdir, ignore_errors=True)
+
+    def _start_batch(self) -> None:
+        shutil.rmtree(self._workdir / f"batch-{self._batch}", ignore_errors=True)
+        self._batch += 1
+        (self._workdir / f"batch-{self._batch}").mkdir()
+        self._artifacts = {}
+
+    def _build(
+        self, workload: WorkloadRef, trace: str, name: str
+    ) -> tuple[datetime, float] | MeasureResult:
+        """Build one candidate: (start time, build seconds) on success, else the failure."""
+        started_at = _now()
+        artifact = str(self._workdir / f"batch-{self._batch}" / f"{name}.so")
+        builder = self._builders.get()
+        try:
+            request = BuildRequest(workload, trace, self._target, artifact)
+            build_secs = builder.call(request, self._config.build_timeout_secs)
+        except ChildTimeout as error:
+            return _failure(ErrorKind.BUILD_TIMEOUT, str(error), started_at)
+        except (ChildDied, RequestFailed) as error:
+            return _failure(ErrorKind.BUILD, str(error), started_at)
+        finally:
+            self._builders.put(builder)
+        self._artifacts[trace] = artifact
+        return started_at, build_secs
+
+    def _run(
+        self, workload: WorkloadRef, trace: str, built: tuple[datetime, float]
+    ) -> MeasureResult:
+        started_at, build_secs = built
+        request = RunRequest(workload, self._artifacts[trace], self._target, self._config)
+        try:
+            samples = self._runner.call(request, self._config.run_timeout_secs)
+        except ChildTimeout as error:
+            return _failure(ErrorKind.RUN_TIMEOUT, str(error), started_at, build_secs=build_secs)
+        except ChildDied as error:
+            return _failure(ErrorKind.CRASH, str(error), started_at, build_secs=build_secs)
+        except RequestFailed as error:
+            return _failure(ErrorKind.RUN, str(error), started_at, build_secs=build_secs)
+        return MeasureResult(
+            samples=tuple(samples),
+            build_secs=build_secs,
+            started_at=started_at,
+            finished_at=_now(),
+        )

@@ -1,0 +1,127 @@
+"""What a measuring process does with one candidate: build it, time it, check its result.
+
+These functions run inside the isolated child processes of `autosched.measure.child`; each request
+is a small picklable record whose ``execute`` returns plain data or raises.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+import tvm
+
+from autosched.measure.config import MeasureConfig
+from autosched.records import WorkloadRef
+from autosched.schedule import apply_trace
+from autosched.target import to_tvm_target
+from autosched.workload import Workload, random_inputs, resolve_workload, tolerance
+
+TIMING_SEED = 0
+
+
+@lru_cache(maxsize=8)
+def _workload(ref: WorkloadRef) -> Workload:
+    return resolve_workload(ref)
+
+
+@lru_cache(maxsize=8)
+def _reference_program(ref: WorkloadRef) -> tvm.runtime.Module:
+    """The unscheduled workload compiled for this CPU: the reference where no numpy one exists."""
+    return tvm.compile(_workload(ref).mod, target={"kind": "llvm"}).jit()
+
+
+def _device(target: dict, index: int) -> tvm.runtime.Device:
+    return tvm.device(str(target["kind"]), index)
+
+
+def _to_device(arrays: list[np.ndarray], dev: tvm.runtime.Device) -> list[tvm.runtime.Tensor]:
+    return [tvm.runtime.tensor(array, dev) for array in arrays]
+
+
+@dataclass(frozen=True)
+class BuildRequest:
+    """Replay a trace onto the workload, compile it for the target, export a shared library."""
+
+    workload: WorkloadRef
+    trace_json: str
+    target: dict
+    artifact_path: str
+
+    def execute(self) -> float:
+        start = time.perf_counter()
+        sch = apply_trace(_workload(self.workload).mod, self.trace_json)
+        tvm.compile(sch.mod, target=to_tvm_target(self.target)).export_library(self.artifact_path)
+        return time.perf_counter() - start
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    """Time a built candidate on random inputs; returns every repeat's mean in seconds."""
+
+    workload: WorkloadRef
+    artifact_path: str
+    target: dict
+    config: MeasureConfig
+
+    def execute(self) -> list[float]:
+        dev = _device(self.target, self.config.device_index)
+        module = tvm.runtime.load_module(self.artifact_path)
+        args = _to_device(random_inputs(_workload(self.workload), TIMING_SEED), dev)
+        for _ in range(self.config.warmup):
+            module["main"](*args)
+        dev.sync()
+        evaluator = module.time_evaluator(
+            "main",
+            dev,
+            number=self.config.number,
+            repeat=self.config.repeat,
+            min_repeat_ms=self.config.min_repeat_ms,
+            f_preproc="cache_flush_cpu_non_first_arg" if self.config.cache_flush else "",
+        )
+        return [float(sample) for sample in evaluator(*args).results]
+
+
+@dataclass(frozen=True)
+class VerifyRequest:
+    """Run a built candidate on fresh random inputs and compare with the reference.
+
+    Returns None when every output matches, else a one-line description of the first mismatch.
+    The reference is the workload's numpy one where it has one, else its unscheduled program.
+    """
+
+    workload: WorkloadRef
+    artifact_path: str
+    target: dict
+    seed: int
+    device_index: int = 0
+
+    def execute(self) -> str | None:
+        workload = _workload(self.workload)
+        inputs = random_inputs(workload, self.seed)
+        dev = _device(self.target, self.device_index)
+        args = _to_device(inputs, dev)
+        tvm.runtime.load_module(self.artifact_path)["main"](*args)
+        dev.sync()
+        got = [arg.numpy() for arg in args]
+        expected = self._expected(workload, inputs)
+        for index, (out, ref) in enumerate(zip(got, expected, strict=True)):
+            if ref is None:
+                continue
+            rtol, atol = tolerance(str(ref.dtype))
+            if out.shape != ref.shape or not np.allclose(out, ref, rtol=rtol, atol=atol):
+                worst = float(np.max(np.abs(out.astype("float64") - ref.astype("float64"))))
+                return f"argument {index} differs from the reference (max abs error {worst:.3g})"
+        return None
+
+    def _expected(self, workload: Workload, inputs: list[np.ndarray]) -> list[np.ndarray | None]:
+        """Expected final contents of every argument; None for arguments not compared."""
+        if workload.reference is not None and workload.num_outputs:
+            n_in = len(inputs) - workload.num_outputs
+            outputs = workload.reference(inputs[:n_in])
+            return [None] * n_in + [np.asarray(out) for out in outputs]
+        args = _to_device(inputs, tvm.cpu())
+        _reference_program(self.workload)["main"](*args)
+        return [arg.numpy() for arg in args]

@@ -1,0 +1,262 @@
+"""The tuning loop on one machine: propose, measure, check, record and learn, to the budget.
+
+Every batch is committed to the tuning log in one transaction, so an interrupted run loses at most
+the batch in flight, and a later run on the same workload and target continues from the log.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+
+from autosched.costmodel import SearchCostModel, XGBCostModel
+from autosched.log import JobStatus, TuningLog
+from autosched.measure import Measurer
+from autosched.records import CandidateResult, ErrorKind, MeasureResult, RecordView, WorkloadRef
+from autosched.schedule import program_hash
+from autosched.search import EvolutionarySearch, Proposal
+from autosched.target import canonical_target, device_fingerprint, target_key, target_kind
+from autosched.workload import Workload
+
+# The unscheduled program: the empty trace replays to the workload as written.
+BASELINE_TRACE = "[]"
+# Consecutive batches without a single new program after which the space counts as exhausted.
+_STALE_BATCHES = 3
+
+
+@dataclass(frozen=True)
+class TuneOptions:
+    trials: int = 64
+    batch_size: int = 64
+    seed: int | None = None
+    strategy: str = "evolutionary"
+
+
+@dataclass(frozen=True)
+class Progress:
+    trials_done: int
+    trials_total: int
+    failed: int
+    best_latency_secs: float | None
+
+
+@dataclass(frozen=True)
+class TuneReport:
+    """What `autosched tune` prints at the end."""
+
+    workload_key: str
+    workload_name: str
+    target: dict
+    job_id: int
+    trials: int
+    failed: int
+    best_latency_secs: float | None
+    baseline_latency_secs: float | None
+    flops: float | None
+    wall_secs: float
+
+    @property
+    def gflops(self) -> float | None:
+        if self.flops is None or not self.best_latency_secs:
+            return None
+        return self.flops / self.best_latency_secs / 1e9
+
+    @property
+    def speedup(self) -> float | None:
+        if not self.baseline_latency_secs or not self.best_latency_secs:
+            return None
+        return self.baseline_latency_secs / self.best_latency_secs
+
+    def as_json(self) -> dict[str, object]:
+        def us(secs: float | None) -> float | None:
+            return None if secs is None else secs * 1e6
+
+        return {
+            "workload_key": self.workload_key,
+            "workload": self.workload_name,
+            "target": self.target,
+            "job_id": self.job_id,
+            "trials": self.trials,
+            "failed": self.failed,
+            "best_latency_us": us(self.best_latency_secs),
+            "gflops": self.gflops,
+            "baseline_latency_us": us(self.baseline_latency_secs),
+            "speedup": self.speedup,
+            "wall_secs": self.wall_secs,
+        }
+
+
+def workload_ref(workload: Workload) -> WorkloadRef:
+    return WorkloadRef(workload.name, dict(workload.params), workload.key, workload.source)
+
+
+class _Gate:
+    """The correctness gate: a result may become the best only after its output was verified."""
+
+    def __init__(self, measurer: Measurer, workload: WorkloadRef, best: float | None, seed: int):
+        self._measurer = measurer
+        self._workload = workload
+        self.best = best
+        self._seed = seed
+
+    def check(self, traces: Sequence[str], results: list[MeasureResult]) -> list[bool]:
+        """Verify new bests, fastest first, until one passes; failures become `incorrect`.
+
+        ``results`` is updated in place; returns which results were verified.
+        """
+        verified = [False] * len(results)
+        order = sorted(
+            (i for i, r in enumerate(results) if r.ok), key=lambda i: results[i].median or 0.0
+        )
+        for index in order:
+            median = results[index].median
+            if self.best is not None and median is not None and median >= self.best:
+                break
+            self._seed += 1
+            failure = self._measurer.verify(self._workload, traces[index], self._seed)
+            if failure is None:
+                verified[index] = True
+                self.best = median
+                break
+            results[index] = replace(
+                results[index], error_kind=failure.error_kind, error_msg=failure.error_msg
+            )
+        return verified
+
+
+def tune(
+    workload: Workload,
+    target: dict,
+    log: TuningLog,
+    measurer: Measurer,
+    options: TuneOptions,
+    on_progress: Callable[[Progress], None] | None = None,
+) -> TuneReport:
+    """Tune ``workload`` for ``target`` with ``options.trials`` new measurements.
+
+    Candidates already measured for this workload and target (same program hash) are not measured
+    again. On KeyboardInterrupt the job is marked interrupted and the interrupt propagates.
+    """
+    started = time.perf_counter()
+    target = canonical_target(target)
+    ref = workload_ref(workload)
+    workload_id = log.ensure_workload(
+        key=workload.key,
+        name=workload.name,
+        params=dict(workload.params),
+        tvmscript=workload.tvmscript,
+        flops=workload.flops,
+    ).id
+    target_id = log.ensure_target(
+        key=target_key(target), kind=target_kind(target), target_json=target
+    ).id
+    device_id = log.ensure_device(device_fingerprint(target))
+    job_id = log.start_job(
+        workload_id=workload_id,
+        target_id=target_id,
+        trials=options.trials,
+        batch_size=options.batch_size,
+        strategy=options.strategy,
+        seed=options.seed,
+    )
+    history = log.records(workload_id, target_id)
+    known = {record.program_hash: _as_result(record) for record in history}
+    best = log.best(workload_id, target_id)
+    gate = _Gate(measurer, ref, best.median_secs if best else None, options.seed or 0)
+
+    def record(proposals: Sequence[Proposal], results: list[MeasureResult]) -> None:
+        verified = gate.check([p.trace_json for p in proposals], results)
+        log.record_batch(
+            job_id,
+            [
+                CandidateResult(
+                    trace_json=p.trace_json,
+                    program_hash=p.program_hash,
+                    result=result,
+                    predicted_score=p.predicted_score,
+                    verified=ok,
+                    device_id=device_id,
+                )
+                for p, result, ok in zip(proposals, results, verified, strict=True)
+            ],
+        )
+
+    try:
+        baseline = _baseline(workload, ref, measurer, known, record)
+        search = EvolutionarySearch(
+            workload,
+            target,
+            SearchCostModel(XGBCostModel(seed=options.seed or 0), workload.key, options.seed or 0),
+            batch_size=options.batch_size,
+            seed=options.seed,
+            history=history,
+        )
+        done = failed = stale = 0
+        while done < options.trials and stale < _STALE_BATCHES:
+            proposals = search.propose()
+            if not proposals:
+                break
+            fresh = _unmeasured(proposals, known)[: options.trials - done]
+            results = measurer.measure(ref, [p.trace_json for p in fresh])
+            record(fresh, results)
+            known.update((p.program_hash, r) for p, r in zip(fresh, results, strict=True))
+            done += len(fresh)
+            failed += sum(not result.ok for result in results)
+            stale = 0 if fresh else stale + 1
+            if on_progress is not None:
+                on_progress(Progress(done, options.trials, failed, gate.best))
+            if done < options.trials:
+                search.tell(proposals, [known[p.program_hash] for p in proposals])
+    except BaseException:
+        log.end_job(job_id, JobStatus.INTERRUPTED)
+        raise
+    log.end_job(job_id, JobStatus.FINISHED)
+    return TuneReport(
+        workload_key=workload.key,
+        workload_name=workload.name,
+        target=target,
+        job_id=job_id,
+        trials=done,
+        failed=failed,
+        best_latency_secs=gate.best,
+        baseline_latency_secs=baseline,
+        flops=workload.flops,
+        wall_secs=time.perf_counter() - started,
+    )
+
+
+def _baseline(
+    workload: Workload,
+    ref: WorkloadRef,
+    measurer: Measurer,
+    known: dict[str, MeasureResult],
+    record: Callable[[Sequence[Proposal], list[MeasureResult]], None],
+) -> float | None:
+    """The untuned program's median latency, measured once per workload and target and logged."""
+    proposal = Proposal(BASELINE_TRACE, program_hash(workload.mod), None, None)
+    if proposal.program_hash not in known:
+        results = measurer.measure(ref, [BASELINE_TRACE])
+        record([proposal], results)
+        known[proposal.program_hash] = results[0]
+    return known[proposal.program_hash].median
+
+
+def _unmeasured(proposals: Sequence[Proposal], known: dict[str, MeasureResult]) -> list[Proposal]:
+    """Proposals whose program was never measured, each program once."""
+    seen: set[str] = set()
+    fresh = []
+    for proposal in proposals:
+        if proposal.program_hash not in known and proposal.program_hash not in seen:
+            seen.add(proposal.program_hash)
+            fresh.append(proposal)
+    return fresh
+
+
+def _as_result(record: RecordView) -> MeasureResult:
+    """A logged measurement as the search hears it."""
+    if record.error_kind is not None or not record.samples:
+        return MeasureResult(
+            error_kind=record.error_kind or ErrorKind.RUN, error_msg=record.error_msg
+        )
+    return MeasureResult(samples=record.samples)

@@ -1,0 +1,173 @@
+"""Targets as plain JSON dicts: parsing what the user typed, detecting the host, canonical keys.
+
+Also the fingerprint of the machine a measurement ran on. TVM ``Target`` objects are made only at
+the edge, by :func:`to_tvm_target`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import socket
+from pathlib import Path
+from typing import Any
+
+import psutil
+import tvm
+from tvm.target import codegen
+
+from autosched.errors import UserError
+
+_HOST_WORDS = ("", "llvm", "host")
+_ACCEPTED = "'llvm' (or 'host'), 'cuda', or a JSON object such as '{\"kind\": \"llvm\"}'"
+
+
+def host_target() -> dict:
+    """The LLVM target of this machine: its triple, its CPU as LLVM names it, its physical cores."""
+    return {
+        "kind": "llvm",
+        "mtriple": codegen.llvm_get_system_triple(),
+        "mcpu": codegen.llvm_get_system_cpu(),
+        "num-cores": _physical_cores(),
+    }
+
+
+def parse_target(text: str | None) -> dict:
+    """A target dict from what the user typed: nothing, a word, or a JSON object.
+
+    ``None``, ``""``, ``"llvm"`` and ``"host"`` mean this machine's CPU; ``"cuda"`` the local GPU.
+
+    Raises:
+        UserError: an unknown word, malformed JSON, a target TVM refuses, or no CUDA GPU.
+    """
+    word = (text or "").strip()
+    if word.lower() in _HOST_WORDS:
+        return host_target()
+    if word.lower() == "cuda":
+        return _cuda_target()
+    if not word.startswith("{"):
+        raise UserError(f"unknown target {word!r}; use {_ACCEPTED}")
+    try:
+        target = json.loads(word)
+    except json.JSONDecodeError as err:
+        raise UserError(f"target is not valid JSON: {err}") from None
+    if not isinstance(target, dict):
+        raise UserError(f"target must be a JSON object; use {_ACCEPTED}")
+    _check_llvm_cpu(to_tvm_target(target))
+    return target
+
+
+def to_tvm_target(target: dict) -> tvm.target.Target:
+    """The TVM ``Target`` of a target dict.
+
+    Raises:
+        UserError: TVM refuses the dict (unknown kind, unknown or ill-typed attribute).
+    """
+    try:
+        return tvm.target.Target(target)
+    except Exception as err:  # TVM raises ValueError, TypeError or its own errors
+        message = next((line.strip() for line in str(err).splitlines() if line.strip()), "")
+        raise UserError(f"invalid target: {message}") from None
+
+
+def canonical_target(target: dict) -> dict:
+    """The complete form TVM gives the target, as plain JSON data with sorted keys.
+
+    Equivalent dicts (defaults spelled out or left implicit, keys in any order) give equal results,
+    and the result is its own canonical form.
+    """
+    return _plain(to_tvm_target(target).export())
+
+
+def target_key(target: dict) -> str:
+    """A short hash of the canonical target: the same on every machine for the same target."""
+    text = json.dumps(canonical_target(target), sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def target_kind(target: dict) -> str:
+    """The kind of the target, e.g. ``"llvm"`` or ``"cuda"``."""
+    return str(to_tvm_target(target).kind.name)
+
+
+def device_fingerprint(target: dict) -> dict:
+    """Where a measurement on ``target`` runs, for its provenance.
+
+    Always ``kind``, ``hostname``, ``platform`` and ``tvm_version``; for CPU targets also
+    ``cpu_model``, ``logical_cores`` and ``physical_cores``; for CUDA ``gpu_name`` and
+    ``compute_version``.
+
+    Raises:
+        UserError: a CUDA target on a machine without a CUDA GPU.
+    """
+    kind = target_kind(target)
+    fingerprint: dict[str, object] = {
+        "kind": kind,
+        "hostname": socket.gethostname(),
+        "platform": platform.platform(),
+        "tvm_version": tvm.__version__,
+    }
+    if kind == "cuda":
+        device = _cuda_device()
+        fingerprint["gpu_name"] = device.device_name
+        fingerprint["compute_version"] = device.compute_version
+    else:
+        fingerprint["cpu_model"] = _cpu_model()
+        fingerprint["logical_cores"] = psutil.cpu_count(logical=True) or os.cpu_count() or 1
+        fingerprint["physical_cores"] = _physical_cores()
+    return fingerprint
+
+
+def _check_llvm_cpu(target: tvm.target.Target) -> None:
+    """TVM takes any ``mcpu``; LLVM would only warn, at every build, of one it does not know."""
+    config = target.export()
+    mcpu = config.get("mcpu")
+    mtriple = config.get("mtriple") or codegen.llvm_get_system_triple()
+    if target.kind.name == "llvm" and mcpu and not codegen.llvm_is_valid_cpu(mcpu, mtriple):
+        raise UserError(f"invalid target: LLVM knows no CPU {mcpu!r} for {mtriple}")
+
+
+def _cuda_device() -> tvm.runtime.Device:
+    device = tvm.cuda(0)
+    if not device.exist:
+        raise UserError("no CUDA GPU found")
+    return device
+
+
+def _cuda_target() -> dict:
+    """The local GPU with the limits MetaSchedule checks kernels against (as TVM detects them)."""
+    device = _cuda_device()
+    return {
+        "kind": "cuda",
+        "arch": "sm_" + device.compute_version.replace(".", ""),
+        "max_shared_memory_per_block": device.max_shared_memory_per_block,
+        "max_threads_per_block": device.max_threads_per_block,
+        "thread_warp_size": device.warp_size,
+    }
+
+
+def _physical_cores() -> int:
+    return psutil.cpu_count(logical=False) or os.cpu_count() or 1
+
+
+def _cpu_model() -> str:
+    try:
+        cpuinfo = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        cpuinfo = ""
+    for line in cpuinfo.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "model name":
+            return value.strip()
+    return platform.processor() or "unknown"
+
+
+def _plain(value: Any) -> Any:
+    """TVM containers as JSON data: maps as dicts with sorted keys, arrays as lists."""
+    if isinstance(value, str | int | float | bool) or value is None:
+        return value
+    if hasattr(value, "items"):
+        return {str(k): _plain(v) for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))}
+    return [_plain(item) for item in value]

@@ -1,0 +1,264 @@
+"""A workload: one tensor program to tune (a normalised PrimFunc) with its key, FLOPs and reference.
+
+Workloads come from TE definitions (the built-in registry in ``autosched.workloads``) or from a
+user's TVMScript file. Random inputs and comparison tolerances for checking results live here too.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+
+import numpy as np
+import tvm
+from tvm import te
+from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+
+from autosched.errors import UserError
+from autosched.records import WorkloadRef
+
+Reference = Callable[[list[np.ndarray]], list[np.ndarray]]
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One tensor program to tune.
+
+    ``func`` is normalised (global symbol ``main``, ``tirx.noalias``); its arguments are buffers of
+    static shape, and when ``num_outputs`` is known the last ``num_outputs`` of them are outputs.
+    ``reference`` maps the input arrays to the expected output arrays.
+    """
+
+    name: str
+    params: dict[str, object]
+    func: tvm.tirx.PrimFunc
+    flops: float | None
+    num_outputs: int | None
+    reference: Reference | None
+    source: str | None = None
+
+    @property
+    def mod(self) -> tvm.IRModule:
+        return tvm.IRModule({"main": self.func})
+
+    @cached_property
+    def tvmscript(self) -> str:
+        """Canonical TVMScript text of :attr:`mod`."""
+        return self.mod.script()
+
+    @cached_property
+    def key(self) -> str:
+        """Identity of the program, the same on every machine: a hash of its TVMScript text."""
+        return hashlib.sha256(self.tvmscript.encode()).hexdigest()[:32]
+
+    @property
+    def args(self) -> list[tuple[tuple[int, ...], str]]:
+        """Shape and dtype of each buffer argument, in order."""
+        return _buffer_args(self.func, self.name)
+
+
+def normalize_func(func: tvm.tirx.PrimFunc) -> tvm.tirx.PrimFunc:
+    """The form MetaSchedule tunes: global symbol ``main`` and no aliasing between buffers."""
+    return func.with_attr("global_symbol", "main").with_attr("tirx.noalias", True)
+
+
+def workload_from_te(
+    name: str,
+    params: dict[str, object],
+    tensors: Sequence[te.Tensor],
+    *,
+    flops: float | None,
+    reference: Reference | None,
+    num_outputs: int = 1,
+) -> Workload:
+    """A workload from TE tensors: the placeholders first, then the ``num_outputs`` outputs."""
+    func = normalize_func(te.create_prim_func(list(tensors)))
+    return Workload(name, params, func, flops, num_outputs, reference)
+
+
+def workload_from_tvmscript(text: str, *, name: str = "custom") -> Workload:
+    """A workload from TVMScript text: one ``@T.prim_func``, or an ``@I.ir_module`` holding one.
+
+    Import lines are allowed (``T``, ``I`` and ``tvm`` are always in scope); every argument must be
+    a buffer of static shape. Nothing is known of outputs, FLOPs or a reference.
+
+    Raises:
+        UserError: the text does not parse, or does not define exactly one such function.
+    """
+    definition = _single_definition(text, name)
+    try:
+        parsed = tvm.script.from_source(definition)
+    except Exception as err:  # the parser raises several error types, all of them the user's
+        raise UserError(f"{name}: {_first_parser_line(err)}") from None
+    func = _single_prim_func(parsed, name)
+    _buffer_args(func, name)
+    return Workload(name, {}, normalize_func(func), None, None, None, source=text)
+
+
+def load_workload_file(path: str) -> Workload:
+    """A workload from a ``.py`` or ``.tvmscript`` file, named after the file.
+
+    Raises:
+        UserError: the file cannot be read or does not hold a valid workload.
+    """
+    file = Path(path)
+    try:
+        text = file.read_text()
+    except OSError as err:
+        raise UserError(f"cannot read workload file {path}: {err.strerror or err}") from None
+    except UnicodeDecodeError:
+        raise UserError(f"workload file {path} is not UTF-8 text") from None
+    return workload_from_tvmscript(text, name=file.stem)
+
+
+def resolve_workload(ref: WorkloadRef) -> Workload:
+    """Rebuild the workload ``ref`` names, from its source or from the registry, and check its key.
+
+    Raises:
+        UserError: the workload cannot be rebuilt, or rebuilds into a different program (its
+            definition or TVM's printer changed since the reference was taken).
+    """
+    if ref.source is not None:
+        workload = workload_from_tvmscript(ref.source, name=ref.name)
+    else:
+        from autosched.workloads import get_workload  # the registry imports this module
+
+        workload = get_workload(ref.name, ref.params)
+    if workload.key != ref.key:
+        raise UserError(
+            f"workload {ref.name} rebuilds with key {workload.key}, not {ref.key}: "
+            "its definition or the TVM version changed"
+        )
+    return workload
+
+
+def random_inputs(workload: Workload, seed: int) -> list[np.ndarray]:
+    """One array per argument: random inputs, and zero-filled outputs when outputs are known.
+
+    Floats are uniform in [-1, 1); integers are small (within [-4, 4], or [0, 4] unsigned) so that
+    sums and products over typical sizes cannot overflow; booleans are fair coin flips.
+
+    Raises:
+        UserError: an argument has a dtype numpy cannot hold.
+    """
+    rng = np.random.default_rng(seed)
+    args = workload.args
+    num_inputs = len(args) - (workload.num_outputs or 0)
+    arrays = []
+    for index, (shape, dtype) in enumerate(args):
+        np_dtype = _numpy_dtype(dtype)
+        if index >= num_inputs:
+            arrays.append(np.zeros(shape, np_dtype))
+        elif np_dtype.kind == "f":
+            arrays.append(rng.uniform(-1.0, 1.0, shape).astype(np_dtype))
+        elif np_dtype.kind == "i":
+            arrays.append(rng.integers(-4, 5, shape).astype(np_dtype))
+        elif np_dtype.kind == "u":
+            arrays.append(rng.integers(0, 5, shape).astype(np_dtype))
+        elif np_dtype.kind == "b":
+            arrays.append(rng.integers(0, 2, shape).astype(np_dtype))
+        else:
+            raise UserError(f"cannot make random inputs of dtype {dtype}")
+    return arrays
+
+
+_FLOAT_TOLERANCE = {
+    # float16 workloads accumulate in float32 (see autosched.workloads), so only the final rounding
+    # to half precision (relative 2**-11) separates a correct program from the reference.
+    "float16": (1e-2, 1e-3),
+    # Reordered float32 sums over a few thousand terms of O(1) values drift by ~1e-5 absolute.
+    "float32": (1e-4, 1e-4),
+    "float64": (1e-7, 1e-7),
+}
+
+
+def tolerance(dtype: str) -> tuple[float, float]:
+    """``(rtol, atol)`` for comparing results of ``dtype`` with ``np.allclose``; integers are exact.
+
+    Raises:
+        UserError: a dtype numpy cannot hold.
+    """
+    if dtype in _FLOAT_TOLERANCE:
+        return _FLOAT_TOLERANCE[dtype]
+    if _numpy_dtype(dtype).kind in "iub":
+        return (0.0, 0.0)
+    raise UserError(f"no comparison tolerance known for dtype {dtype}")
+
+
+def _numpy_dtype(dtype: str) -> np.dtype:
+    try:
+        return np.dtype(dtype)
+    except TypeError:
+        raise UserError(f"dtype {dtype} has no numpy equivalent") from None
+
+
+def _buffer_args(func: tvm.tirx.PrimFunc, name: str) -> list[tuple[tuple[int, ...], str]]:
+    try:
+        infos = ArgInfo.from_prim_func(func)
+    except (TypeError, ValueError):  # a symbolic shape, or a scalar argument
+        raise UserError(
+            f"{name}: every argument must be a buffer of constant shape "
+            "(dynamic shapes and scalar arguments are not supported)"
+        ) from None
+    return [(tuple(int(d) for d in info.shape), str(info.dtype)) for info in infos]
+
+
+def _single_definition(text: str, name: str) -> str:
+    """The source of the one top-level definition in ``text``, at its original line numbers.
+
+    The TVMScript parser refuses import statements, which files usually start with; cutting the
+    definition out drops them while keeping line numbers in the parser's messages right.
+    """
+    try:
+        tree = ast.parse(text)
+    except SyntaxError as err:
+        raise UserError(f"{name}: line {err.lineno}: {err.msg}") from None
+    definitions = [node for node in tree.body if isinstance(node, ast.FunctionDef | ast.ClassDef)]
+    if len(definitions) != 1:
+        found = ", ".join(node.name for node in definitions) or "none"
+        raise UserError(
+            f"{name}: expected exactly one @T.prim_func or @I.ir_module definition, found {found}"
+        )
+    node = definitions[0]
+    start = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+    lines = text.splitlines()
+    return "\n" * (start - 1) + "\n".join(lines[start - 1 : node.end_lineno]) + "\n"
+
+
+def _single_prim_func(parsed: object, name: str) -> tvm.tirx.PrimFunc:
+    if isinstance(parsed, tvm.tirx.PrimFunc):
+        return parsed
+    if not isinstance(parsed, tvm.IRModule):
+        raise UserError(f"{name}: expected a @T.prim_func or an @I.ir_module")
+    functions = dict(parsed.functions_items())
+    prim_funcs = [f for f in functions.values() if isinstance(f, tvm.tirx.PrimFunc)]
+    if len(functions) != 1 or len(prim_funcs) != 1:
+        raise UserError(
+            f"{name}: the module must hold exactly one function, a PrimFunc; "
+            f"it holds {len(functions)} function(s), {len(prim_funcs)} PrimFunc(s)"
+        )
+    return prim_funcs[0]
+
+
+_LOCATION = re.compile(r"-->\s*\S*?:(\d+):\d+")
+
+
+def _first_parser_line(err: Exception) -> str:
+    """The first meaningful line of a TVMScript parser error, with its line number when given.
+
+    A well-formedness failure says what is wrong on a later ``Traceback:`` line; that replaces
+    the advice the first line gives after its first sentence.
+    """
+    message = str(err)
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    first = lines[0].removeprefix("error:").strip() if lines else type(err).__name__
+    cause = next((line for line in lines if line.startswith("Traceback:")), None)
+    if cause:
+        first = f"{first.split('. ')[0].rstrip('.')}: {cause.removeprefix('Traceback:').strip()}"
+    location = _LOCATION.search(message)
+    return f"line {location.group(1)}: {first}" if location else first

@@ -1,0 +1,23 @@
+"""Built-in parameterised workloads, looked up by name.
+
+Adding one is one ``@register_workload`` function in a module imported here.
+"""
+
+from autosched.workloads import linalg, nn  # noqa: F401 (importing them registers their workloads)
+from autosched.workloads._registry import (
+    Param,
+    WorkloadSpec,
+    get_workload,
+    parse_param_overrides,
+    register_workload,
+    workload_specs,
+)
+
+__all__ = [
+    "Param",
+    "WorkloadSpec",
+    "get_workload",
+    "parse_param_overrides",
+    "register_workload",
+    "workload_specs",
+]

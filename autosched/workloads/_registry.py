@@ -1,0 +1,138 @@
+"""The registry of built-in workloads: parameters declared as data, checked before a build.
+
+Definitions live in the sibling modules (``linalg``, ``nn``, ...); each registers itself with
+:func:`register_workload`. Nothing here knows about any particular workload.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from autosched.errors import UserError
+from autosched.workload import Workload
+
+MAX_BUFFER_ELEMENTS = 2**31 - 1  # past this, buffers need 64-bit indexing
+
+
+@dataclass(frozen=True)
+class Param:
+    """A workload parameter: ``int`` within ``min``..``max``, or ``str`` among ``choices``."""
+
+    name: str
+    type: type
+    default: object
+    help: str
+    choices: tuple[str, ...] | None = None
+    min: int | None = 1
+    max: int | None = 1 << 16
+
+    def parse(self, value: object, workload: str) -> object:
+        """Check ``value`` (typed, or a string from the command line) and return it typed.
+
+        Raises:
+            UserError: the value does not parse, is out of bounds or is not one of the choices.
+        """
+        where = f"parameter {self.name} of {workload}"
+        if self.type is int:
+            return self._parse_int(value, where)
+        if not isinstance(value, str):
+            raise UserError(f"{where} must be a string, got {value!r}")
+        if self.choices is not None and value not in self.choices:
+            raise UserError(f"{where} must be one of {', '.join(self.choices)}; got {value!r}")
+        return value
+
+    def _parse_int(self, value: object, where: str) -> int:
+        if isinstance(value, bool) or not isinstance(value, int | str):
+            raise UserError(f"{where} must be an integer, got {value!r}")
+        try:
+            number = int(value)
+        except ValueError:
+            raise UserError(f"{where} must be an integer, got {value!r}") from None
+        if self.min is not None and number < self.min:
+            raise UserError(f"{where} must be at least {self.min}, got {number}")
+        if self.max is not None and number > self.max:
+            raise UserError(f"{where} must be at most {self.max}, got {number}")
+        return number
+
+
+@dataclass(frozen=True)
+class WorkloadSpec:
+    """A built-in workload: its name, a one-line description, its parameters and its builder.
+
+    ``build`` takes every parameter as a keyword argument, already checked, and may raise
+    :class:`UserError` for combinations that single parameters cannot rule out.
+    """
+
+    name: str
+    description: str
+    params: tuple[Param, ...]
+    build: Callable[..., Workload]
+
+
+_SPECS: dict[str, WorkloadSpec] = {}
+
+
+def register_workload(
+    name: str, description: str, *params: Param
+) -> Callable[[Callable[..., Workload]], Callable[..., Workload]]:
+    """Decorator that registers a builder under ``name``; the builder is returned unchanged."""
+
+    def register(build: Callable[..., Workload]) -> Callable[..., Workload]:
+        if name in _SPECS:
+            raise ValueError(f"workload {name!r} is registered twice")
+        _SPECS[name] = WorkloadSpec(name, description, params, build)
+        return build
+
+    return register
+
+
+def workload_specs() -> list[WorkloadSpec]:
+    """Every registered workload, sorted by name."""
+    return [_SPECS[name] for name in sorted(_SPECS)]
+
+
+def get_workload(name: str, params: Mapping[str, object] | None = None) -> Workload:
+    """Build the registered workload ``name``; parameters not given take their defaults.
+
+    Raises:
+        UserError: unknown workload or parameter, a bad value, or a buffer too large to build.
+    """
+    spec = _SPECS.get(name)
+    if spec is None:
+        raise UserError(f"unknown workload {name!r}; known workloads: {', '.join(sorted(_SPECS))}")
+    given = dict(params or {})
+    allowed = [p.name for p in spec.params]
+    unknown = sorted(set(given) - set(allowed))
+    if unknown:
+        raise UserError(
+            f"unknown parameter {', '.join(unknown)} for {name}; allowed: {', '.join(allowed)}"
+        )
+    resolved = {p.name: p.parse(given.get(p.name, p.default), name) for p in spec.params}
+    workload = spec.build(**resolved)
+    for shape, _dtype in workload.args:
+        if math.prod(shape) > MAX_BUFFER_ELEMENTS:
+            raise UserError(
+                f"{name} with these parameters has a buffer of shape {shape}, "
+                f"over {MAX_BUFFER_ELEMENTS} elements"
+            )
+    return workload
+
+
+def parse_param_overrides(pairs: Sequence[str]) -> dict[str, str]:
+    """Turn ``KEY=VALUE`` strings (from ``-p``) into a dict; values stay strings.
+
+    Raises:
+        UserError: a pair without ``=``, with an empty key, or a key given twice.
+    """
+    overrides: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise UserError(f"parameter override {pair!r} is not of the form KEY=VALUE")
+        if key in overrides:
+            raise UserError(f"parameter {key} is given twice")
+        overrides[key] = value.strip()
+    return overrides

@@ -1,0 +1,74 @@
+"""Linear-algebra workloads: matmul and batch_matmul.
+
+Each is a TE definition with a numpy reference and an exact FLOP count.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from tvm import te
+
+from autosched.workload import Workload, workload_from_te
+from autosched.workloads._common import (
+    accumulation_dtype,
+    compute_accumulated,
+    dtype_param,
+    to_accumulation,
+)
+from autosched.workloads._registry import Param, register_workload
+
+
+@register_workload(
+    "matmul",
+    "C = A @ B with A of shape MxK and B of shape KxN",
+    Param("M", int, 512, "rows of A and C"),
+    Param("N", int, 512, "columns of B and C"),
+    Param("K", int, 512, "columns of A, rows of B (the reduction)"),
+    dtype_param(),
+)
+def matmul(M: int, N: int, K: int, dtype: str) -> Workload:
+    acc = accumulation_dtype(dtype)
+    a = te.placeholder((M, K), dtype, name="A")
+    b = te.placeholder((K, N), dtype, name="B")
+    k = te.reduce_axis((0, K), name="k")
+    c = compute_accumulated(
+        (M, N), lambda i, j: te.sum(a[i, k].astype(acc) * b[k, j].astype(acc), axis=k), dtype, "C"
+    )
+
+    def reference(inputs: list[np.ndarray]) -> list[np.ndarray]:
+        lhs, rhs = inputs
+        return [(to_accumulation(lhs) @ to_accumulation(rhs)).astype(dtype)]
+
+    params: dict[str, object] = {"M": M, "N": N, "K": K, "dtype": dtype}
+    return workload_from_te("matmul", params, [a, b, c], flops=2 * M * N * K, reference=reference)
+
+
+@register_workload(
+    "batch_matmul",
+    "C[b] = A[b] @ B[b] for B independent products of MxK by KxN matrices",
+    Param("B", int, 8, "batch size"),
+    Param("M", int, 128, "rows of each A and C"),
+    Param("N", int, 128, "columns of each B and C"),
+    Param("K", int, 128, "columns of each A, rows of each B (the reduction)"),
+    dtype_param(),
+)
+def batch_matmul(B: int, M: int, N: int, K: int, dtype: str) -> Workload:
+    acc = accumulation_dtype(dtype)
+    a = te.placeholder((B, M, K), dtype, name="A")
+    b = te.placeholder((B, K, N), dtype, name="B")
+    k = te.reduce_axis((0, K), name="k")
+    c = compute_accumulated(
+        (B, M, N),
+        lambda n, i, j: te.sum(a[n, i, k].astype(acc) * b[n, k, j].astype(acc), axis=k),
+        dtype,
+        "C",
+    )
+
+    def reference(inputs: list[np.ndarray]) -> list[np.ndarray]:
+        lhs, rhs = inputs
+        return [np.matmul(to_accumulation(lhs), to_accumulation(rhs)).astype(dtype)]
+
+    params: dict[str, object] = {"B": B, "M": M, "N": N, "K": K, "dtype": dtype}
+    return workload_from_te(
+        "batch_matmul", params, [a, b, c], flops=2 * B * M * N * K, reference=reference
+    )

@@ -1,0 +1,128 @@
+"""Target parsing, host detection, canonical forms and keys, and device fingerprints."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import psutil
+import pytest
+import tvm
+from tvm.target import codegen
+
+from autosched.errors import UserError
+from autosched.target import (
+    canonical_target,
+    device_fingerprint,
+    host_target,
+    parse_target,
+    target_key,
+    target_kind,
+    to_tvm_target,
+)
+
+HAS_CUDA_GPU = tvm.cuda(0).exist
+
+
+def test_host_target_describes_this_cpu() -> None:
+    host = host_target()
+    assert host == {
+        "kind": "llvm",
+        "mtriple": codegen.llvm_get_system_triple(),
+        "mcpu": codegen.llvm_get_system_cpu(),
+        "num-cores": psutil.cpu_count(logical=False),
+    }
+    assert host["mcpu"] and host["mtriple"]
+    assert to_tvm_target(host).kind.name == "llvm"
+
+
+@pytest.mark.parametrize("text", [None, "", "llvm", "host", "  LLVM "])
+def test_host_words_parse_to_the_host_target(text: str | None) -> None:
+    assert parse_target(text) == host_target()
+
+
+def test_json_object_is_validated_and_kept_as_given() -> None:
+    text = '{"kind": "llvm", "mcpu": "skylake-avx512", "num-cores": 4}'
+    assert parse_target(text) == {"kind": "llvm", "mcpu": "skylake-avx512", "num-cores": 4}
+    assert parse_target('{"kind": "cuda", "arch": "sm_80"}') == {"kind": "cuda", "arch": "sm_80"}
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("gpu", r"unknown target 'gpu'; use 'llvm' \(or 'host'\), 'cuda', or a JSON object"),
+        ("[1, 2]", r"unknown target '\[1, 2\]'"),
+        ('{"kind": "llvm",', r"target is not valid JSON"),
+        ('{"kind": "quantum"}', r"invalid target: .*quantum"),
+        ('{"kind": "llvm", "mcpu": 5}', r"invalid target: .*mcpu"),
+        ('{"kind": "llvm", "colour": "red"}', r"invalid target: .*colour"),
+        ('{"kind": "llvm", "mcpu": "skylake-avx51"}', r"LLVM knows no CPU 'skylake-avx51'"),
+    ],
+)
+def test_bad_targets_are_one_line_user_errors(text: str, message: str) -> None:
+    with pytest.raises(UserError, match=message) as caught:
+        parse_target(text)
+    assert "\n" not in str(caught.value)
+
+
+def test_cuda_is_detected_from_the_local_gpu() -> None:
+    if not HAS_CUDA_GPU:
+        with pytest.raises(UserError, match=r"^no CUDA GPU found$"):
+            parse_target("cuda")
+        return
+    target = parse_target("cuda")
+    assert target["kind"] == "cuda"
+    assert re.fullmatch(r"sm_\d+", target["arch"])
+    assert target_kind(target) == "cuda"
+
+
+def test_canonical_target_is_complete_json_and_idempotent() -> None:
+    canonical = canonical_target({"mcpu": "skylake-avx512", "kind": "llvm"})
+    assert canonical["kind"] == "llvm" and canonical["keys"] == ["cpu"]
+    assert list(canonical) == sorted(canonical)
+    assert json.loads(json.dumps(canonical)) == canonical
+    assert canonical_target(canonical) == canonical
+    nested = canonical_target({"kind": "cuda", "arch": "sm_80", "host": {"kind": "llvm"}})
+    assert nested["host"]["kind"] == "llvm" and nested["keys"] == ["cuda", "gpu"]
+    assert canonical_target(nested) == nested
+
+
+def test_equivalent_targets_share_a_key_and_different_ones_do_not() -> None:
+    plain = {"kind": "llvm", "mcpu": "skylake-avx512"}
+    spelled_out = {"keys": ["cpu"], "mcpu": "skylake-avx512", "kind": "llvm", "tag": ""}
+    key = target_key(plain)
+    assert re.fullmatch(r"[0-9a-f]{32}", key)
+    assert target_key(plain) == key == target_key(spelled_out)
+    assert target_key(canonical_target(plain)) == key
+    assert target_key({"kind": "llvm", "mcpu": "znver4"}) != key
+    assert target_key({**plain, "num-cores": 8}) != key
+
+
+def test_target_kind_and_tvm_target() -> None:
+    assert target_kind(host_target()) == "llvm"
+    assert target_kind({"kind": "cuda", "arch": "sm_90"}) == "cuda"
+    assert isinstance(to_tvm_target({"kind": "llvm"}), tvm.target.Target)
+    with pytest.raises(UserError, match="invalid target"):
+        to_tvm_target({"mcpu": "skylake"})
+
+
+def test_cpu_fingerprint_names_the_machine() -> None:
+    fingerprint = device_fingerprint(host_target())
+    assert fingerprint["kind"] == "llvm"
+    assert isinstance(fingerprint["cpu_model"], str) and fingerprint["cpu_model"]
+    assert fingerprint["logical_cores"] >= fingerprint["physical_cores"] >= 1
+    assert fingerprint["physical_cores"] == psutil.cpu_count(logical=False)
+    assert fingerprint["tvm_version"] == tvm.__version__
+    assert fingerprint["hostname"] and fingerprint["platform"]
+    assert json.loads(json.dumps(fingerprint)) == fingerprint
+
+
+def test_cuda_fingerprint_names_the_gpu() -> None:
+    target = {"kind": "cuda", "arch": "sm_80"}
+    if not HAS_CUDA_GPU:
+        with pytest.raises(UserError, match="no CUDA GPU found"):
+            device_fingerprint(target)
+        return
+    fingerprint = device_fingerprint(target)
+    assert fingerprint["gpu_name"] and fingerprint["compute_version"]
+    assert fingerprint["tvm_version"] == tvm.__version__

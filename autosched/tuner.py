@@ -20,7 +20,7 @@ from autosched.target import canonical_target, device_fingerprint, target_key, t
 from autosched.workload import Workload
 
 # The unscheduled program: the empty trace replays to the workload as written.
-BASELINE_TRACE = "[]"
+BASELINE_TRACE = "[[],[]]"
 # Consecutive batches without a single new program after which the space counts as exhausted.
 _STALE_BATCHES = 3
 

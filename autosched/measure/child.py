@@ -8,11 +8,12 @@ number of requests so that leaks (loaded libraries, allocator growth) never accu
 from __future__ import annotations
 
 import contextlib
-import multiprocessing
 import os
 import signal
+import socket
+import subprocess
+import sys
 from multiprocessing.connection import Connection
-from multiprocessing.process import BaseProcess
 from typing import Any, Protocol
 
 STARTUP_TIMEOUT_SECS = 120.0
@@ -52,10 +53,9 @@ def error_text(error: BaseException) -> str:
     return text if len(text) <= _ERROR_TEXT_LIMIT else text[: _ERROR_TEXT_LIMIT - 3] + "..."
 
 
-def _serve(conn: Connection, env: dict[str, str]) -> None:
+def serve(conn: Connection) -> None:
     """The child's main loop: execute each request, send back ("ok", value) or ("error", text)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when measuring stops
-    os.environ.update(env)
     import tvm  # noqa: F401  (loaded before "ready" so that start-up is not charged to a request)
 
     conn.send(("ready", None))
@@ -82,7 +82,7 @@ class ChildProcess:
     def __init__(self, *, env: dict[str, str] | None = None, max_requests: int = 64) -> None:
         self._env = dict(env or {})
         self._max_requests = max_requests
-        self._process: BaseProcess | None = None
+        self._process: subprocess.Popen[bytes] | None = None
         self._conn: Connection | None = None
         self._served = 0
 
@@ -102,9 +102,7 @@ class ChildProcess:
         try:
             status, value = conn.recv()
         except (EOFError, ConnectionResetError, OSError):
-            process = self._process
-            self._kill()
-            exitcode = process.exitcode if process is not None else None
+            exitcode = self._kill()
             raise ChildDied(f"the measuring process {_describe_exit(exitcode)}") from None
         self._served += 1
         if self._served >= self._max_requests:
@@ -119,35 +117,42 @@ class ChildProcess:
             return
         with contextlib.suppress(BrokenPipeError, OSError):
             self._conn.send(None)
-        self._process.join(timeout=5)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self._process.wait(timeout=5)
         self._kill()
 
     def _ensure_started(self) -> Connection:
-        if self._process is not None and self._process.is_alive() and self._conn is not None:
+        if self._process is not None and self._process.poll() is None and self._conn is not None:
             return self._conn
         self._kill()
-        context = multiprocessing.get_context("spawn")
-        parent_conn, child_conn = context.Pipe()
-        process = context.Process(target=_serve, args=(child_conn, self._env), daemon=True)
-        process.start()
-        child_conn.close()
-        self._process, self._conn, self._served = process, parent_conn, 0
-        if not parent_conn.poll(STARTUP_TIMEOUT_SECS):
+        parent_socket, child_socket = socket.socketpair()
+        with parent_socket, child_socket:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "autosched.measure", str(child_socket.fileno())],
+                pass_fds=[child_socket.fileno()],
+                env={**os.environ, **self._env},
+                stdin=subprocess.DEVNULL,
+            )
+            conn = Connection(parent_socket.detach())
+        self._process, self._conn, self._served = process, conn, 0
+        if not conn.poll(STARTUP_TIMEOUT_SECS):
             self._kill()
             raise ChildDied(f"the measuring process did not start in {STARTUP_TIMEOUT_SECS:g} s")
         try:
-            parent_conn.recv()
+            conn.recv()
         except EOFError:
-            exitcode = process.exitcode
-            self._kill()
+            exitcode = self._kill()
             raise ChildDied(f"the measuring process {_describe_exit(exitcode)} at start") from None
-        return parent_conn
+        return conn
 
-    def _kill(self) -> None:
+    def _kill(self) -> int | None:
+        """Make sure the child is gone; returns its exit code (negative: killed by that signal)."""
+        exitcode = None
         if self._process is not None:
-            if self._process.is_alive():
+            if self._process.poll() is None:
                 self._process.kill()
-            self._process.join(timeout=5)
+            exitcode = self._process.wait()
         if self._conn is not None:
             self._conn.close()
         self._process, self._conn = None, None
+        return exitcode

@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Protocol
 
-from autosched.measure.child import ChildDied, ChildProcess, ChildTimeout, RequestFailed
+from autosched.measure.child import ChildDied, ChildProcess, ChildTimeout, Request, RequestFailed
 from autosched.measure.config import MeasureConfig
 from autosched.measure.program import BuildRequest, RunRequest, VerifyRequest
 from autosched.records import ErrorKind, MeasureResult, WorkloadRef
@@ -134,7 +134,7 @@ class LocalMeasurer:
         artifact = str(self._workdir / f"batch-{self._batch}" / f"{name}.so")
         builder = self._builders.get()
         try:
-            request = BuildRequest(workload, trace, self._target, artifact)
+            request = self._build_request(workload, trace, artifact)
             build_secs = builder.call(request, self._config.build_timeout_secs)
         except ChildTimeout as error:
             return _failure(ErrorKind.BUILD_TIMEOUT, str(error), started_at)
@@ -144,6 +144,10 @@ class LocalMeasurer:
             self._builders.put(builder)
         self._artifacts[trace] = artifact
         return started_at, build_secs
+
+    def _build_request(self, workload: WorkloadRef, trace: str, artifact_path: str) -> Request:
+        """The request that builds one candidate into ``artifact_path``."""
+        return BuildRequest(workload, trace, self._target, artifact_path)
 
     def _run(
         self, workload: WorkloadRef, trace: str, built: tuple[datetime, float]

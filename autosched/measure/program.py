@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from functools import lru_cache
 
 import numpy as np
 import tvm
@@ -22,19 +21,35 @@ from autosched.workload import Workload, random_inputs, resolve_workload, tolera
 TIMING_SEED = 0
 
 
-@lru_cache(maxsize=8)
+_CACHE_SIZE = 8
+_workloads: dict[str, Workload] = {}
+_reference_programs: dict[str, tvm.runtime.Module] = {}
+
+
+def _remember(cache: dict, key: str, value: object) -> None:
+    if len(cache) >= _CACHE_SIZE:
+        cache.pop(next(iter(cache)))
+    cache[key] = value
+
+
 def _workload(ref: WorkloadRef) -> Workload:
-    return resolve_workload(ref)
+    """The workload of ``ref``, rebuilt once per process."""
+    if ref.key not in _workloads:
+        _remember(_workloads, ref.key, resolve_workload(ref))
+    return _workloads[ref.key]
 
 
-@lru_cache(maxsize=8)
 def _reference_program(ref: WorkloadRef) -> tvm.runtime.Module:
     """The unscheduled workload compiled for this CPU: the reference where no numpy one exists."""
-    return tvm.compile(_workload(ref).mod, target={"kind": "llvm"}).jit()
+    if ref.key not in _reference_programs:
+        program = tvm.compile(_workload(ref).mod, target={"kind": "llvm"}).jit()
+        _remember(_reference_programs, ref.key, program)
+    return _reference_programs[ref.key]
 
 
 def _device(target: dict, index: int) -> tvm.runtime.Device:
-    return tvm.device(str(target["kind"]), index)
+    kind = str(target["kind"])
+    return tvm.device("cpu" if kind == "llvm" else kind, index)
 
 
 def _to_device(arrays: list[np.ndarray], dev: tvm.runtime.Device) -> list[tvm.runtime.Tensor]:

@@ -15,7 +15,7 @@ from autosched.log import JobStatus, TuningLog
 from autosched.measure import Measurer
 from autosched.records import CandidateResult, ErrorKind, MeasureResult, RecordView, WorkloadRef
 from autosched.schedule import program_hash
-from autosched.search import EvolutionarySearch, Proposal
+from autosched.search import EvolutionarySearch, Proposal, population_for
 from autosched.target import canonical_target, device_fingerprint, target_key, target_kind
 from autosched.workload import Workload
 
@@ -191,6 +191,7 @@ def tune(
             batch_size=options.batch_size,
             seed=options.seed,
             history=history,
+            population_size=population_for(options.trials),
         )
         done = failed = stale = 0
         while done < options.trials and stale < _STALE_BATCHES:

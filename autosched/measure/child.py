@@ -74,9 +74,11 @@ def serve(conn: Connection) -> None:
 
 
 class ChildProcess:
-    """A lazily started child that serves one request at a time.
+    """A child process that serves one request at a time, replaced whenever it is lost.
 
-    Not thread safe: use one ChildProcess per thread.
+    `start` spawns the process without waiting for it, so several children load TVM at once while
+    the caller does other work; `call` waits until the child is ready. Not thread safe: use one
+    ChildProcess per thread.
     """
 
     def __init__(self, *, env: dict[str, str] | None = None, max_requests: int = 64) -> None:
@@ -84,17 +86,34 @@ class ChildProcess:
         self._max_requests = max_requests
         self._process: subprocess.Popen[bytes] | None = None
         self._conn: Connection | None = None
+        self._ready = False
         self._served = 0
+
+    def start(self) -> None:
+        """Spawn the child unless one is alive; does not wait for it to be ready."""
+        if self._process is not None and self._process.poll() is None:
+            return
+        self._kill()
+        parent_socket, child_socket = socket.socketpair()
+        with parent_socket, child_socket:
+            self._process = subprocess.Popen(
+                [sys.executable, "-m", "autosched.measure", str(child_socket.fileno())],
+                pass_fds=[child_socket.fileno()],
+                env={**os.environ, **self._env},
+                stdin=subprocess.DEVNULL,
+            )
+            self._conn = Connection(parent_socket.detach())
+        self._ready, self._served = False, 0
 
     def call(self, request: Request, timeout_secs: float) -> Any:
         """Execute ``request`` in the child and return its value.
 
         Raises:
             ChildTimeout: no reply within ``timeout_secs``; the child was killed.
-            ChildDied: the child died while executing the request.
+            ChildDied: the child died while executing the request (or could not start).
             RequestFailed: the request raised; the child lives on.
         """
-        conn = self._ensure_started()
+        conn = self._ready_connection()
         conn.send(request)
         if not conn.poll(timeout_secs):
             self._kill()
@@ -107,6 +126,7 @@ class ChildProcess:
         self._served += 1
         if self._served >= self._max_requests:
             self.close()
+            self.start()
         if status == "error":
             raise RequestFailed(value)
         return value
@@ -121,29 +141,21 @@ class ChildProcess:
             self._process.wait(timeout=5)
         self._kill()
 
-    def _ensure_started(self) -> Connection:
-        if self._process is not None and self._process.poll() is None and self._conn is not None:
+    def _ready_connection(self) -> Connection:
+        self.start()
+        assert self._conn is not None
+        if self._ready:
             return self._conn
-        self._kill()
-        parent_socket, child_socket = socket.socketpair()
-        with parent_socket, child_socket:
-            process = subprocess.Popen(
-                [sys.executable, "-m", "autosched.measure", str(child_socket.fileno())],
-                pass_fds=[child_socket.fileno()],
-                env={**os.environ, **self._env},
-                stdin=subprocess.DEVNULL,
-            )
-            conn = Connection(parent_socket.detach())
-        self._process, self._conn, self._served = process, conn, 0
-        if not conn.poll(STARTUP_TIMEOUT_SECS):
+        if not self._conn.poll(STARTUP_TIMEOUT_SECS):
             self._kill()
             raise ChildDied(f"the measuring process did not start in {STARTUP_TIMEOUT_SECS:g} s")
         try:
-            conn.recv()
-        except EOFError:
+            self._conn.recv()
+        except (EOFError, ConnectionResetError, OSError):
             exitcode = self._kill()
             raise ChildDied(f"the measuring process {_describe_exit(exitcode)} at start") from None
-        return conn
+        self._ready = True
+        return self._conn
 
     def _kill(self) -> int | None:
         """Make sure the child is gone; returns its exit code (negative: killed by that signal)."""
@@ -154,5 +166,5 @@ class ChildProcess:
             exitcode = self._process.wait()
         if self._conn is not None:
             self._conn.close()
-        self._process, self._conn = None, None
+        self._process, self._conn, self._ready = None, None, False
         return exitcode

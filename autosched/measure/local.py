@@ -73,6 +73,8 @@ class LocalMeasurer:
         for builder in self._all_builders:
             self._builders.put(builder)
         self._runner = ChildProcess(max_requests=limit)
+        for child in [*self._all_builders, self._runner]:
+            child.start()
         self._workdir = Path(tempfile.mkdtemp(prefix="autosched-measure-"))
         self._batch = 0
         self._artifacts: dict[str, str] = {}

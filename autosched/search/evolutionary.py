@@ -20,13 +20,21 @@ from tvm.tirx import FloatImm
 
 from autosched.costmodel import SearchCostModel
 from autosched.records import MeasureResult, RecordView
-from autosched.schedule import apply_trace, program_hash, trace_to_json
+from autosched.schedule import apply_trace, program_hash, trace_to_json, use_tensor_intrinsics
 from autosched.search.base import Proposal
-from autosched.target import to_tvm_target
+from autosched.target import target_kind, to_tvm_target
 from autosched.workload import Workload
 
 # Trials the underlying strategy may hand out in all; our loop stops on its own budget first.
 _STRATEGY_TRIAL_CAP = 1 << 30
+# MetaSchedule's population size, meant for budgets of hundreds of trials and more; smaller
+# budgets evolve a population of eight times their trials (at least 64), which costs less per batch.
+POPULATION_SIZE = 512
+
+
+def population_for(trials: int) -> int:
+    """The population to evolve for a budget of ``trials`` measurements."""
+    return min(POPULATION_SIZE, max(64, 8 * trials))
 
 
 def _runner_result(result: MeasureResult) -> RunnerResult:
@@ -49,6 +57,7 @@ class EvolutionarySearch:
         cost_model: guides the search; it is updated with every result told.
         batch_size: candidates per `propose`.
         seed: makes the proposals reproducible on one machine (None: random).
+        population_size: schedules evolved per generation.
         history: recorded measurements of this workload and target: the best of them seed the
             population and all of them train the cost model.
     """
@@ -62,14 +71,16 @@ class EvolutionarySearch:
         batch_size: int,
         seed: int | None,
         history: Sequence[RecordView] = (),
+        population_size: int = POPULATION_SIZE,
     ) -> None:
         self._workload = workload
         self._cost_model = cost_model
+        use_tensor_intrinsics(target_kind(target))
         self._context = TuneContext(
             mod=workload.mod,
             target=to_tvm_target(target),
             space_generator="post-order-apply",
-            search_strategy=MSEvolutionarySearch(),
+            search_strategy=MSEvolutionarySearch(population_size=population_size),
             task_name=workload.name,
             rand_state=_seed_state(seed),
             num_threads=psutil.cpu_count(logical=False) or 1,

@@ -1,0 +1,267 @@
+"""The `autosched` command line: tune on this machine, list workloads and the log, export schedules.
+
+Bad input ends with a one-line error and exit code 2, before anything is written to the log.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from autosched.errors import UserError
+
+app = typer.Typer(
+    name="autosched",
+    help="Auto-scheduler and autotuner for tensor programs (TVM MetaSchedule + XGBoost).",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+_out = Console()
+_err = Console(stderr=True)
+
+WorkloadArg = Annotated[str, typer.Argument(help="A built-in workload: `autosched workloads`.")]
+ParamOpt = Annotated[
+    list[str] | None, typer.Option("-p", "--param", help="A workload parameter, KEY=VALUE.")
+]
+FileOpt = Annotated[
+    Path | None, typer.Option("--file", help="Tune a PrimFunc from this TVMScript file instead.")
+]
+TargetOpt = Annotated[
+    str | None,
+    typer.Option("--target", help='"llvm" (this CPU, the default), "cuda", or target JSON.'),
+]
+DbOpt = Annotated[
+    str | None,
+    typer.Option("--db", help="SQLAlchemy URL of the tuning log [AUTOSCHED_DB; ./autosched.db]"),
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document.")]
+
+
+
+
+def _resolve_workload(name: str, params: list[str] | None, file: Path | None):
+    from autosched.workload import load_workload_file
+    from autosched.workloads import get_workload, parse_param_overrides
+
+    if file is not None:
+        if params:
+            raise UserError("-p sets parameters of built-in workloads; a --file takes none")
+        return load_workload_file(str(file))
+    return get_workload(name, parse_param_overrides(params or []))
+
+
+def _open_log(db: str | None, *, must_exist: bool):
+    from sqlalchemy.engine import make_url
+
+    from autosched.log import TuningLog, default_db_url
+
+    url = db or default_db_url()
+    if must_exist:
+        try:
+            parsed = make_url(url)
+        except Exception as error:
+            raise UserError(f"not a database URL: {url!r}") from error
+        path = parsed.database
+        if parsed.get_backend_name() == "sqlite" and path and not Path(path).exists():
+            raise UserError(f"no tuning log at {path}; run `autosched tune` first or pass --db")
+    return TuningLog(url)
+
+
+@app.command()
+def tune(
+    workload: WorkloadArg = "matmul",
+    param: ParamOpt = None,
+    file: FileOpt = None,
+    target: TargetOpt = None,
+    trials: Annotated[int, typer.Option(min=1, max=100_000, help="New measurements.")] = 64,
+    batch: Annotated[int, typer.Option(min=1, max=4096, help="Candidates per batch.")] = 64,
+    seed: Annotated[int | None, typer.Option(help="Seed for a reproducible search.")] = None,
+    db: DbOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Tune a workload on this machine and record every measurement in the tuning log."""
+    from autosched.measure import LocalMeasurer
+    from autosched.target import parse_target
+    from autosched.tuner import TuneOptions
+    from autosched.tuner import tune as run_tuning
+
+    spec = _resolve_workload(workload, param, file)
+    target_json = parse_target(target)
+    log = _open_log(db, must_exist=False)
+    measurer = LocalMeasurer(target_json)
+    options = TuneOptions(trials=trials, batch_size=batch, seed=seed)
+    progress = Progress(
+        TextColumn(f"tuning {spec.name}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("trials  best {task.fields[best]}  failed {task.fields[failed]}"),
+        TimeElapsedColumn(),
+        console=_err,
+        disable=as_json,
+    )
+    task = progress.add_task("tune", total=trials, best="-", failed=0)
+
+    def on_progress(update) -> None:
+        best = update.best_latency_secs
+        best = "-" if best is None else f"{best * 1e6:.1f} us"
+        progress.update(task, completed=update.trials_done, best=best, failed=update.failed)
+
+    try:
+        with progress:
+            report = run_tuning(spec, target_json, log, measurer, options, on_progress)
+    except KeyboardInterrupt:
+        _err.print("interrupted: measurements of completed batches are kept in the log")
+        raise typer.Exit(code=130) from None
+    finally:
+        measurer.close()
+        log.close()
+    if as_json:
+        print(json.dumps(report.as_json()))
+        return
+    _print_report(report)
+
+
+def _print_report(report) -> None:
+    def us(secs: float | None) -> str:
+        return "-" if secs is None else f"{secs * 1e6:.2f} us"
+
+    table = Table(show_header=False, box=None)
+    table.add_row("workload", f"{report.workload_name} ({report.workload_key})")
+    table.add_row("target", json.dumps(report.target))
+    table.add_row("trials", f"{report.trials} measured, {report.failed} failed")
+    table.add_row("best median latency", us(report.best_latency_secs))
+    if report.gflops is not None:
+        table.add_row("throughput", f"{report.gflops:.1f} GFLOP/s")
+    table.add_row("untuned latency", us(report.baseline_latency_secs))
+    if report.speedup is not None:
+        table.add_row("speedup", f"{report.speedup:.1f}x")
+    table.add_row("wall time", f"{report.wall_secs:.1f} s")
+    _out.print(table)
+
+
+@app.command()
+def workloads(as_json: JsonOpt = False) -> None:
+    """List the built-in workloads with their parameters and defaults."""
+    from autosched.workloads import workload_specs
+
+    specs = workload_specs()
+    if as_json:
+        document = [
+            {
+                "name": spec.name,
+                "description": spec.description,
+                "params": [
+                    {
+                        "name": p.name,
+                        "type": p.type.__name__,
+                        "default": p.default,
+                        "help": p.help,
+                        **({"choices": list(p.choices)} if p.choices else {}),
+                    }
+                    for p in spec.params
+                ],
+            }
+            for spec in specs
+        ]
+        print(json.dumps(document))
+        return
+    table = Table("workload", "parameters (defaults)", "description")
+    for spec in specs:
+        params = " ".join(f"{p.name}={p.default}" for p in spec.params)
+        table.add_row(spec.name, params, spec.description)
+    _out.print(table)
+
+
+@app.command("log")
+def show_log(db: DbOpt = None, as_json: JsonOpt = False) -> None:
+    """List tuned workloads x targets with best latency and trial counts."""
+    log = _open_log(db, must_exist=True)
+    try:
+        rows = log.summary()
+    finally:
+        log.close()
+    if as_json:
+        document = [
+            {
+                "workload_key": row.workload_key,
+                "workload": row.workload_name,
+                "params": row.workload_params,
+                "target": row.target_json,
+                "best_latency_us": None
+                if row.best_latency_secs is None
+                else row.best_latency_secs * 1e6,
+                "gflops": None
+                if row.flops is None or not row.best_latency_secs
+                else row.flops / row.best_latency_secs / 1e9,
+                "trials": row.trials,
+                "failed": row.failed,
+            }
+            for row in rows
+        ]
+        print(json.dumps(document))
+        return
+    table = Table("workload", "params", "target", "best", "GFLOP/s", "trials", "failed")
+    for row in rows:
+        best = "-" if row.best_latency_secs is None else f"{row.best_latency_secs * 1e6:.2f} us"
+        gflops = (
+            "-"
+            if row.flops is None or not row.best_latency_secs
+            else f"{row.flops / row.best_latency_secs / 1e9:.1f}"
+        )
+        params = " ".join(f"{k}={v}" for k, v in row.workload_params.items())
+        target = ", ".join(f"{k}={v}" for k, v in row.target_json.items() if k in ("kind", "mcpu"))
+        table.add_row(
+            row.workload_name, params, target, best, gflops, str(row.trials), str(row.failed)
+        )
+    _out.print(table)
+
+
+@app.command("export")
+def export_schedule(
+    workload: WorkloadArg = "matmul",
+    format_name: Annotated[
+        str, typer.Option("--format", help="tvmscript | metaschedule-db | library")
+    ] = "tvmscript",
+    output: Annotated[Path, typer.Option("--output", "-o", help="Where to write.")] = Path(
+        "out.py"
+    ),
+    param: ParamOpt = None,
+    file: FileOpt = None,
+    target: TargetOpt = None,
+    db: DbOpt = None,
+) -> None:
+    """Export the best schedule of a workload: TVMScript, a MetaSchedule database or a library."""
+    from autosched.export import ExportFormat, best_schedule, export
+    from autosched.target import parse_target
+
+    try:
+        fmt = ExportFormat(format_name)
+    except ValueError:
+        choices = ", ".join(f.value for f in ExportFormat)
+        raise UserError(f"unknown export format {format_name!r}; choose one of {choices}") from None
+    spec = _resolve_workload(workload, param, file)
+    target_json = parse_target(target)
+    log = _open_log(db, must_exist=True)
+    try:
+        best = best_schedule(log, spec, target_json)
+    finally:
+        log.close()
+    for path in export(best, fmt, output):
+        _out.print(f"wrote {path}")
+
+
+def main() -> None:
+    """Entry point: run the CLI, turning a UserError into a one-line message and exit code 2."""
+    try:
+        app()
+    except UserError as error:
+        _err.print(f"[red]error:[/red] {error}", highlight=False, soft_wrap=True)
+        sys.exit(2)

@@ -1,0 +1,17 @@
+"""Alembic environment of the tuning log: runs the migrations on a connection the caller opened.
+
+``TuningLog`` passes it as ``config.attributes["connection"]``; there is no offline (SQL) mode.
+"""
+
+from alembic import context
+
+from autosched.log.models import Base
+
+connection = context.config.attributes["connection"]
+context.configure(
+    connection=connection,
+    target_metadata=Base.metadata,
+    render_as_batch=connection.dialect.name == "sqlite",  # SQLite alters tables by copying them
+)
+with context.begin_transaction():
+    context.run_migrations()

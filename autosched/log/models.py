@@ -1,0 +1,189 @@
+"""SQLAlchemy models of the tuning log: tables, keys, constraints and indexes.
+
+The Alembic migrations in ``migrations/`` create the schema; queries live in ``store.py``.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Annotated, Any
+
+from sqlalchemy import (
+    JSON,
+    CheckConstraint,
+    DateTime,
+    Dialect,
+    ForeignKey,
+    Index,
+    MetaData,
+    String,
+    Text,
+    TypeDecorator,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+def utcnow() -> datetime:
+    """The current time, timezone-aware in UTC."""
+    return datetime.now(timezone.utc)
+
+
+class UtcDateTime(TypeDecorator[datetime]):
+    """A timestamp stored in UTC and always read back timezone-aware.
+
+    SQLite keeps no zone, so values are converted to UTC on the way in and tagged UTC on the way
+    out.
+    A naive datetime is taken as local time, as ``datetime.astimezone`` does.
+    """
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        return None if value is None else value.astimezone(timezone.utc)
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            return value.replace(tzinfo=timezone.utc)
+        return value.astimezone(timezone.utc)
+
+
+IntPk = Annotated[int, mapped_column(primary_key=True)]
+Key = Annotated[str, mapped_column(String(512), unique=True)]
+Name = Annotated[str, mapped_column(String(255))]
+CreatedAt = Annotated[datetime, mapped_column(default=utcnow)]
+JsonDict = dict[str, Any]
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+    type_annotation_map = {  # noqa: RUF012 (read by SQLAlchemy at class creation)
+        datetime: UtcDateTime(),
+        JsonDict: JSON(),
+        list[float]: JSON(),
+    }
+
+
+class Workload(Base):
+    """A tensor program to tune; ``key`` is a portable hash of its definition."""
+
+    __tablename__ = "workloads"
+
+    id: Mapped[IntPk]
+    key: Mapped[Key]
+    name: Mapped[Name]
+    params: Mapped[JsonDict]
+    tvmscript: Mapped[str] = mapped_column(Text)
+    flops: Mapped[float | None]
+    created_at: Mapped[CreatedAt]
+
+
+class Target(Base):
+    """A compilation target (``llvm -mcpu=...``, ``cuda``, ...) as TVM describes it in JSON."""
+
+    __tablename__ = "targets"
+
+    id: Mapped[IntPk]
+    key: Mapped[Key]
+    kind: Mapped[Name]
+    target_json: Mapped[JsonDict]
+    created_at: Mapped[CreatedAt]
+
+
+class Device(Base):
+    """A machine that measures candidates; ``key`` is the sha256 of its canonical fingerprint."""
+
+    __tablename__ = "devices"
+
+    id: Mapped[IntPk]
+    key: Mapped[str] = mapped_column(String(64), unique=True)
+    fingerprint: Mapped[JsonDict]
+    created_at: Mapped[CreatedAt]
+
+
+class TuningJob(Base):
+    """One tuning run of a workload on a target, with its trial budget and outcome."""
+
+    __tablename__ = "tuning_jobs"
+    __table_args__ = (
+        CheckConstraint(
+            "status IN ('running', 'finished', 'interrupted', 'failed')", name="status"
+        ),
+        CheckConstraint("trials >= 0", name="trials"),
+        CheckConstraint("batch_size >= 1", name="batch_size"),
+        Index(None, "workload_id", "target_id"),
+    )
+
+    id: Mapped[IntPk]
+    workload_id: Mapped[int] = mapped_column(ForeignKey("workloads.id"))
+    target_id: Mapped[int] = mapped_column(ForeignKey("targets.id"))
+    trials: Mapped[int]
+    batch_size: Mapped[int]
+    strategy: Mapped[Name]
+    seed: Mapped[int | None]
+    status: Mapped[str] = mapped_column(String(16))
+    created_at: Mapped[CreatedAt]
+    started_at: Mapped[datetime | None]
+    finished_at: Mapped[datetime | None]
+
+
+class Candidate(Base):
+    """A scheduled program, identified per workload and target by the hash of its lowered code."""
+
+    __tablename__ = "candidates"
+    __table_args__ = (UniqueConstraint("workload_id", "target_id", "program_hash"),)
+
+    id: Mapped[IntPk]
+    job_id: Mapped[int | None] = mapped_column(ForeignKey("tuning_jobs.id"), index=True)
+    workload_id: Mapped[int] = mapped_column(ForeignKey("workloads.id"))
+    target_id: Mapped[int] = mapped_column(ForeignKey("targets.id"))
+    trace_json: Mapped[str] = mapped_column(Text)
+    program_hash: Mapped[str] = mapped_column(String(128))
+    predicted_score: Mapped[float | None]
+    created_at: Mapped[CreatedAt]
+
+
+class Measurement(Base):
+    """The timing (or the error) of one candidate; an error row has no median."""
+
+    __tablename__ = "measurements"
+    __table_args__ = (
+        CheckConstraint("median_secs IS NULL OR median_secs >= 0", name="median_secs"),
+        CheckConstraint("error_kind IS NULL OR median_secs IS NULL", name="error_has_no_median"),
+        Index(None, "median_secs"),
+    )
+
+    id: Mapped[IntPk]
+    candidate_id: Mapped[int] = mapped_column(ForeignKey("candidates.id"), unique=True)
+    device_id: Mapped[int | None] = mapped_column(ForeignKey("devices.id"))
+    samples: Mapped[list[float]]
+    median_secs: Mapped[float | None]
+    error_kind: Mapped[str | None] = mapped_column(String(32))
+    error_msg: Mapped[str | None] = mapped_column(Text)
+    verified: Mapped[bool]
+    build_secs: Mapped[float | None]
+    started_at: Mapped[datetime | None]
+    finished_at: Mapped[datetime | None]
+
+
+class BestRecord(Base):
+    """The fastest verified, error-free candidate of each workload and target."""
+
+    __tablename__ = "best_records"
+
+    workload_id: Mapped[int] = mapped_column(ForeignKey("workloads.id"), primary_key=True)
+    target_id: Mapped[int] = mapped_column(ForeignKey("targets.id"), primary_key=True)
+    candidate_id: Mapped[int] = mapped_column(ForeignKey("candidates.id"))
+    median_secs: Mapped[float]
+    updated_at: Mapped[datetime]

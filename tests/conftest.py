@@ -1,0 +1,64 @@
+"""Shared fixtures: ``db_url`` runs a test once on SQLite and once on PostgreSQL.
+
+The PostgreSQL variant gets a fresh database per test on the server at ``$AUTOSCHED_TEST_PG``
+(default ``postgresql+psycopg://root@127.0.0.1:5432/test``) and is skipped if that is unreachable.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import Engine, create_engine, make_url, text
+from sqlalchemy.exc import OperationalError
+from sqlalchemy.pool import NullPool
+
+PG_ADMIN_URL = os.environ.get("AUTOSCHED_TEST_PG", "postgresql+psycopg://root@127.0.0.1:5432/test")
+
+
+@pytest.fixture(scope="session")
+def pg_admin() -> Iterator[Engine]:
+    """An AUTOCOMMIT engine on the PostgreSQL test server, for creating and dropping databases."""
+    engine = create_engine(
+        PG_ADMIN_URL,
+        isolation_level="AUTOCOMMIT",
+        poolclass=NullPool,
+        connect_args={"connect_timeout": 5},
+    )
+    try:
+        with engine.connect():
+            pass
+    except OperationalError as exc:
+        engine.dispose()
+        reason = " ".join(str(exc.orig).split())
+        pytest.skip(f"PostgreSQL test server {PG_ADMIN_URL} is unreachable: {reason}")
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """The URL of an empty database: a SQLite file in ``tmp_path`` or a new PostgreSQL database."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'autosched.db'}"
+        return
+    admin: Engine = request.getfixturevalue("pg_admin")
+    name = f"autosched_test_{uuid.uuid4().hex[:16]}"
+    with admin.connect() as connection:
+        connection.execute(text(f'CREATE DATABASE "{name}"'))
+    try:
+        yield make_url(PG_ADMIN_URL).set(database=name).render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as connection:
+            connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+
+@pytest.fixture(autouse=True)
+def _children_import_test_helpers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Measuring child processes can unpickle requests defined in tests/ (see tests/faults.py)."""
+    tests_dir = str(Path(__file__).parent)
+    path = os.environ.get("PYTHONPATH")
+    monkeypatch.setenv("PYTHONPATH", tests_dir if not path else f"{tests_dir}{os.pathsep}{path}")

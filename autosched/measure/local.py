@@ -78,6 +78,7 @@ class LocalMeasurer:
         self._workdir = Path(tempfile.mkdtemp(prefix="autosched-measure-"))
         self._batch = 0
         self._artifacts: dict[str, str] = {}
+        self._start_batch()
 
     @property
     def config(self) -> MeasureConfig:

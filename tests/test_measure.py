@@ -1,0 +1,124 @@
+"""Isolated measurement: child processes, timing protocol, failures recorded as data, verification."""
+
+from __future__ import annotations
+
+import pytest
+from faults import Abort, Fail, FaultyMeasurer, Pid, Sleep, faulty_matmul
+
+from autosched.measure import LocalMeasurer, MeasureConfig
+from autosched.measure.child import ChildDied, ChildProcess, ChildTimeout, RequestFailed
+from autosched.records import ErrorKind
+from autosched.target import host_target
+from autosched.tuner import BASELINE_TRACE, workload_ref
+from autosched.workloads import get_workload
+
+FAST = MeasureConfig(repeat=2, min_repeat_ms=1, run_timeout_secs=5, build_timeout_secs=60)
+SHAPE = {"M": 32, "N": 32, "K": 32}
+
+
+@pytest.fixture(scope="module")
+def matmul():
+    return workload_ref(get_workload("matmul", SHAPE))
+
+
+def test_child_returns_values_and_survives_a_failing_request() -> None:
+    child = ChildProcess()
+    try:
+        pid = child.call(Pid(), 30)
+        with pytest.raises(RequestFailed, match="this request always fails"):
+            child.call(Fail(), 30)
+        assert child.call(Pid(), 30) == pid
+    finally:
+        child.close()
+
+
+def test_child_that_runs_past_its_limit_is_killed_and_replaced() -> None:
+    child = ChildProcess()
+    try:
+        pid = child.call(Pid(), 30)
+        with pytest.raises(ChildTimeout, match="killed"):
+            child.call(Sleep(60), 1)
+        assert child.call(Pid(), 30) != pid
+    finally:
+        child.close()
+
+
+def test_child_that_dies_is_reported_with_its_signal_and_replaced() -> None:
+    child = ChildProcess()
+    try:
+        pid = child.call(Pid(), 30)
+        with pytest.raises(ChildDied, match="SIGABRT"):
+            child.call(Abort(), 30)
+        assert child.call(Pid(), 30) != pid
+    finally:
+        child.close()
+
+
+def test_children_are_recycled_after_a_fixed_number_of_requests() -> None:
+    child = ChildProcess(max_requests=2)
+    try:
+        pids = [child.call(Pid(), 30) for _ in range(5)]
+    finally:
+        child.close()
+    assert pids[0] == pids[1] != pids[2] == pids[3] != pids[4]
+
+
+def test_every_repeat_is_a_sample_and_failures_are_data(matmul) -> None:
+    measurer = LocalMeasurer(host_target(), MeasureConfig(repeat=4, min_repeat_ms=1))
+    try:
+        results = measurer.measure(matmul, [BASELINE_TRACE, "not a trace"])
+    finally:
+        measurer.close()
+    good, bad = results
+    assert good.ok and len(good.samples) == 4 and all(s > 0 for s in good.samples)
+    assert min(good.samples) <= good.median <= max(good.samples)
+    assert good.build_secs is not None and good.started_at <= good.finished_at
+    assert not bad.ok and bad.error_kind is ErrorKind.BUILD and "JSON" in bad.error_msg
+
+
+def test_crashing_and_hanging_candidates_are_recorded_and_the_batch_goes_on(matmul) -> None:
+    faults = {
+        '"crash"': faulty_matmul("crash", 32, 32, 32),
+        '"hang"': faulty_matmul("hang", 32, 32, 32),
+    }
+    measurer = FaultyMeasurer(host_target(), FAST, faults)
+    try:
+        results = measurer.measure(matmul, ['"crash"', BASELINE_TRACE, '"hang"', BASELINE_TRACE])
+    finally:
+        measurer.close()
+    kinds = [result.error_kind for result in results]
+    assert kinds == [ErrorKind.CRASH, None, ErrorKind.RUN_TIMEOUT, None]
+    assert "SIGABRT" in results[0].error_msg
+    assert results[1].ok and results[3].ok
+
+
+def test_verification_catches_a_wrong_answer(matmul) -> None:
+    measurer = FaultyMeasurer(host_target(), FAST, {'"wrong"': faulty_matmul("wrong", 32, 32, 32)})
+    try:
+        measured = measurer.measure(matmul, ['"wrong"', BASELINE_TRACE])
+        assert all(result.ok for result in measured)
+        wrong = measurer.verify(matmul, '"wrong"', seed=1)
+        right = measurer.verify(matmul, BASELINE_TRACE, seed=1)
+    finally:
+        measurer.close()
+    assert wrong is not None and wrong.error_kind is ErrorKind.INCORRECT
+    assert "differs from the reference" in wrong.error_msg
+    assert right is None
+
+
+def test_verification_builds_candidates_it_has_not_seen(matmul) -> None:
+    measurer = LocalMeasurer(host_target(), FAST)
+    try:
+        assert measurer.verify(matmul, BASELINE_TRACE, seed=3) is None
+    finally:
+        measurer.close()
+
+
+def test_build_that_runs_past_its_limit_is_a_build_timeout(matmul) -> None:
+    config = MeasureConfig(repeat=1, min_repeat_ms=1, build_timeout_secs=0.001, builders=1)
+    measurer = LocalMeasurer(host_target(), config)
+    try:
+        (result,) = measurer.measure(matmul, [BASELINE_TRACE])
+    finally:
+        measurer.close()
+    assert result.error_kind is ErrorKind.BUILD_TIMEOUT

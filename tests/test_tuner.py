@@ -1,0 +1,152 @@
+"""The tuning loop end to end: trials, the log, resume without re-measuring, faults, the gate."""
+
+from __future__ import annotations
+
+import pytest
+from faults import FaultyMeasurer, faulty_matmul
+
+from autosched.log import JobStatus, TuningLog
+from autosched.measure import MeasureConfig
+from autosched.records import ErrorKind
+from autosched.target import host_target, target_key
+from autosched.tuner import BASELINE_TRACE, TuneOptions, tune
+from autosched.workloads import get_workload
+
+FAST = MeasureConfig(repeat=2, min_repeat_ms=2, run_timeout_secs=5)
+SHAPE = {"M": 64, "N": 64, "K": 64}
+
+
+def _ids(log: TuningLog, workload, target: dict) -> tuple[int, int]:
+    found_workload = log.find_workload(workload.key)
+    found_target = log.find_target(target_key(target))
+    assert found_workload is not None and found_target is not None
+    return found_workload.id, found_target.id
+
+
+def test_tune_measures_the_budget_and_resume_adds_new_candidates_only(db_url: str) -> None:
+    workload = get_workload("matmul", SHAPE)
+    target = host_target()
+    log = TuningLog(db_url)
+    measurer = FaultyMeasurer(target, FAST, {})
+    try:
+        first = tune(workload, target, log, measurer, TuneOptions(trials=8, batch_size=4, seed=1))
+        ids = _ids(log, workload, target)
+        after_first = {r.program_hash for r in log.records(*ids)}
+        measured_first = len(measurer.measured)
+
+        second = tune(workload, target, log, measurer, TuneOptions(trials=6, batch_size=4, seed=2))
+        records = log.records(*ids)
+    finally:
+        measurer.close()
+        log.close()
+
+    assert first.trials == 8 and second.trials == 6
+    # the untuned baseline once, then every trial; nothing measured twice
+    assert measured_first == 1 + 8
+    assert len(measurer.measured) == 1 + 8 + 6
+    assert len(records) == 1 + 8 + 6
+    assert len({r.program_hash for r in records}) == len(records)
+    assert after_first < {r.program_hash for r in records}
+    assert first.baseline_latency_secs == second.baseline_latency_secs
+    # the best only improves, is verified, and is what the report says
+    assert second.best_latency_secs <= first.best_latency_secs
+    with TuningLog(db_url) as reopened:
+        best = reopened.best(*ids)
+        job = reopened.job(second.job_id)
+    assert best is not None and best.verified and best.median_secs == second.best_latency_secs
+    assert best.median_secs < first.baseline_latency_secs
+    assert job.status is JobStatus.FINISHED and job.measured == 6  # the baseline was logged before
+    assert first.speedup is not None and first.speedup > 1
+    assert first.gflops == pytest.approx(2 * 64**3 / first.best_latency_secs / 1e9)
+
+
+def test_hanging_and_crashing_candidates_are_recorded_and_tuning_finishes(tmp_path) -> None:
+    workload = get_workload("matmul", SHAPE)
+    target = host_target()
+    log = TuningLog(f"sqlite:///{tmp_path / 'log.db'}")
+    measurer = SabotageMeasurer(target, {"crash": 1, "hang": 2})
+    try:
+        report = tune(workload, target, log, measurer, TuneOptions(trials=6, batch_size=6, seed=3))
+        records = log.records(*_ids(log, workload, target))
+    finally:
+        measurer.close()
+        log.close()
+    kinds = {r.trace_json: r.error_kind for r in records}
+    assert kinds[measurer.sabotaged["crash"]] is ErrorKind.CRASH
+    assert kinds[measurer.sabotaged["hang"]] is ErrorKind.RUN_TIMEOUT
+    assert report.trials == 6 and report.failed == 2
+    assert sum(r.error_kind is None for r in records) == 1 + 4
+
+
+def test_an_incorrect_candidate_never_becomes_best(tmp_path) -> None:
+    workload = get_workload("matmul", SHAPE)
+    target = host_target()
+    log = TuningLog(f"sqlite:///{tmp_path / 'log.db'}")
+    measurer = SabotageMeasurer(target, {"wrong": 0})
+    try:
+        report = tune(workload, target, log, measurer, TuneOptions(trials=4, batch_size=4, seed=4))
+        ids = _ids(log, workload, target)
+        records = {r.trace_json: r for r in log.records(*ids)}
+        best = log.best(*ids)
+    finally:
+        measurer.close()
+        log.close()
+    wrong = records[measurer.sabotaged["wrong"]]
+    assert wrong.error_kind is ErrorKind.INCORRECT and not wrong.verified
+    # it was the fastest program of all (it only writes zeros), yet the best is another one
+    assert wrong.samples and min(wrong.samples) < report.baseline_latency_secs
+    assert best is not None and best.trace_json != wrong.trace_json and best.verified
+    assert report.best_latency_secs == best.median_secs
+
+
+class SabotageMeasurer(FaultyMeasurer):
+    """Replaces the i-th measured candidate (0-based, baseline excluded) by a faulty program."""
+
+    def __init__(self, target: dict, positions: dict[str, int]) -> None:
+        super().__init__(target, FAST, {})
+        self._positions = {index: fault for fault, index in positions.items()}
+        self.sabotaged: dict[str, str] = {}
+        self._seen = 0
+
+    def measure(self, workload, traces):  # type: ignore[no-untyped-def]
+        for trace in traces:
+            if trace == BASELINE_TRACE:
+                continue
+            fault = self._positions.get(self._seen)
+            if fault is not None:
+                self.faults[trace] = faulty_matmul(fault, 64, 64, 64)
+                self.sabotaged[fault] = trace
+            self._seen += 1
+        return super().measure(workload, traces)
+
+
+class InterruptingMeasurer(FaultyMeasurer):
+    """Raises KeyboardInterrupt, as Ctrl-C would, on its ``at``-th call to measure."""
+
+    def __init__(self, target: dict, at: int) -> None:
+        super().__init__(target, FAST, {})
+        self._at = at
+        self._calls = 0
+
+    def measure(self, workload, traces):  # type: ignore[no-untyped-def]
+        self._calls += 1
+        if self._calls == self._at:
+            raise KeyboardInterrupt
+        return super().measure(workload, traces)
+
+
+def test_an_interrupted_run_keeps_its_completed_batches(db_url: str) -> None:
+    workload = get_workload("matmul", SHAPE)
+    target = host_target()
+    log = TuningLog(db_url)
+    measurer = InterruptingMeasurer(target, at=3)  # baseline, one batch, then Ctrl-C
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            tune(workload, target, log, measurer, TuneOptions(trials=12, batch_size=4, seed=5))
+        records = log.records(*_ids(log, workload, target))
+        job = log.job(1)
+    finally:
+        measurer.close()
+        log.close()
+    assert len(records) == 1 + 4  # the baseline and the one completed batch
+    assert job.status is JobStatus.INTERRUPTED and job.measured == 1 + 4

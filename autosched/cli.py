@@ -5,8 +5,12 @@ Bad input ends with a one-line error and exit code 2, before anything is written
 
 from __future__ import annotations
 
+import contextlib
 import json
+import signal
 import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated
 
@@ -15,7 +19,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from autosched.errors import UserError
+from autosched.errors import Cancelled, UserError
 
 app = typer.Typer(
     name="autosched",
@@ -43,8 +47,6 @@ DbOpt = Annotated[
     typer.Option("--db", help="SQLAlchemy URL of the tuning log [AUTOSCHED_DB; ./autosched.db]"),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document.")]
-
-
 
 
 def _resolve_workload(name: str, params: list[str] | None, file: Path | None):
@@ -96,7 +98,8 @@ def tune(
     spec = _resolve_workload(workload, param, file)
     target_json = parse_target(target)
     log = _open_log(db, must_exist=False)
-    measurer = LocalMeasurer(target_json)
+    stop = threading.Event()
+    measurer = LocalMeasurer(target_json, cancel=stop)
     options = TuneOptions(trials=trials, batch_size=batch, seed=seed)
     progress = Progress(
         TextColumn(f"tuning {spec.name}"),
@@ -115,9 +118,9 @@ def tune(
         progress.update(task, completed=update.trials_done, best=best, failed=update.failed)
 
     try:
-        with progress:
-            report = run_tuning(spec, target_json, log, measurer, options, on_progress)
-    except KeyboardInterrupt:
+        with progress, _stop_on_signals(stop):
+            report = run_tuning(spec, target_json, log, measurer, options, on_progress, stop)
+    except Cancelled:
         _err.print("interrupted: measurements of completed batches are kept in the log")
         raise typer.Exit(code=130) from None
     finally:
@@ -127,6 +130,24 @@ def tune(
         print(json.dumps(report.as_json()))
         return
     _print_report(report)
+
+
+@contextlib.contextmanager
+def _stop_on_signals(stop: threading.Event) -> Iterator[None]:
+    """SIGINT or SIGTERM asks the work to stop at its next safe point; a second one aborts."""
+
+    def request_stop(signum: int, _frame: object) -> None:
+        if stop.is_set():
+            raise KeyboardInterrupt
+        stop.set()
+        _err.print(f"{signal.Signals(signum).name}: stopping; the batch in flight is dropped")
+
+    previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _print_report(report) -> None:

@@ -6,3 +6,7 @@ class UserError(Exception):
 
     The message is one line that says what is wrong and, where it helps, what would be right.
     """
+
+
+class Cancelled(Exception):
+    """Work stopped on request (Ctrl-C, SIGTERM) at a safe point; what was committed stays."""

@@ -113,10 +113,10 @@ def _export_metaschedule_db(best: BestSchedule, output: Path) -> list[Path]:
 
 def _export_library(best: BestSchedule, output: Path) -> list[Path]:
     tvm.compile(best.schedule.mod, target=to_tvm_target(best.target)).export_library(str(output))
-    func = best.workload.func
+    names = [param.name for param in best.workload.func.params]
     arguments = [
-        {"name": param.name, "shape": [int(d) for d in buf.shape], "dtype": str(buf.dtype)}
-        for param, buf in ((p, func.buffer_map[p]) for p in func.params)
+        {"name": name, "shape": list(shape), "dtype": dtype}
+        for name, (shape, dtype) in zip(names, best.workload.args, strict=True)
     ]
     signature = {"function": "main", "arguments": arguments, **_describe(best)}
     sidecar = output.with_suffix(".json")

@@ -6,11 +6,13 @@ the batch in flight, and a later run on the same workload and target continues f
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from autosched.costmodel import SearchCostModel, XGBCostModel
+from autosched.errors import Cancelled
 from autosched.log import JobStatus, TuningLog
 from autosched.measure import Measurer
 from autosched.records import CandidateResult, ErrorKind, MeasureResult, RecordView, WorkloadRef
@@ -132,12 +134,15 @@ def tune(
     measurer: Measurer,
     options: TuneOptions,
     on_progress: Callable[[Progress], None] | None = None,
+    stop: threading.Event | None = None,
 ) -> TuneReport:
     """Tune ``workload`` for ``target`` with ``options.trials`` new measurements.
 
     Candidates already measured for this workload and target (same program hash) are not measured
-    again. On KeyboardInterrupt the job is marked interrupted and the interrupt propagates.
+    again. Once ``stop`` is set the run raises Cancelled at the next safe point, before the next
+    batch is recorded; on that or any other exception the job is marked interrupted.
     """
+    stop = stop or threading.Event()
     started = time.perf_counter()
     target = canonical_target(target)
     ref = workload_ref(workload)
@@ -200,6 +205,8 @@ def tune(
                 break
             fresh = _unmeasured(proposals, known)[: options.trials - done]
             results = measurer.measure(ref, [p.trace_json for p in fresh])
+            if stop.is_set():
+                raise Cancelled("tuning was stopped")
             record(fresh, results)
             known.update((p.program_hash, r) for p, r in zip(fresh, results, strict=True))
             done += len(fresh)

@@ -113,7 +113,10 @@ def load_workload_file(path: str) -> Workload:
         raise UserError(f"cannot read workload file {path}: {err.strerror or err}") from None
     except UnicodeDecodeError:
         raise UserError(f"workload file {path} is not UTF-8 text") from None
-    return workload_from_tvmscript(text, name=file.stem)
+    try:
+        return workload_from_tvmscript(text, name=file.stem)
+    except UserError as err:
+        raise UserError(f"{path}: {err}") from None
 
 
 def resolve_workload(ref: WorkloadRef) -> Workload:

@@ -1,4 +1,4 @@
-"""Isolated measurement: child processes, timing protocol, failures recorded as data, verification."""
+"""Isolated measurement: child processes, timing, failures recorded as data, verification."""
 
 from __future__ import annotations
 

@@ -9,12 +9,14 @@ from __future__ import annotations
 import queue
 import shutil
 import tempfile
+import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Protocol
 
+from autosched.errors import Cancelled
 from autosched.measure.child import ChildDied, ChildProcess, ChildTimeout, Request, RequestFailed
 from autosched.measure.config import MeasureConfig
 from autosched.measure.program import BuildRequest, RunRequest, VerifyRequest
@@ -58,12 +60,19 @@ class LocalMeasurer:
     """A Measurer that uses child processes on this machine.
 
     Built libraries of the latest batch are kept until the next batch so that verifying one of its
-    candidates does not build it again.
+    candidates does not build it again. Once ``cancel`` is set, `measure` raises Cancelled before
+    the next candidate instead of finishing the batch.
     """
 
-    def __init__(self, target: dict, config: MeasureConfig | None = None) -> None:
+    def __init__(
+        self,
+        target: dict,
+        config: MeasureConfig | None = None,
+        cancel: threading.Event | None = None,
+    ) -> None:
         self._target = target
         self._config = config or MeasureConfig()
+        self._cancel = cancel or threading.Event()
         limit = self._config.max_tasks_per_process
         self._builders: queue.SimpleQueue[ChildProcess] = queue.SimpleQueue()
         self._all_builders = [
@@ -133,6 +142,7 @@ class LocalMeasurer:
         self, workload: WorkloadRef, trace: str, name: str
     ) -> tuple[datetime, float] | MeasureResult:
         """Build one candidate: (start time, build seconds) on success, else the failure."""
+        self._check_cancel()
         started_at = _now()
         artifact = str(self._workdir / f"batch-{self._batch}" / f"{name}.so")
         builder = self._builders.get()
@@ -147,6 +157,10 @@ class LocalMeasurer:
             self._builders.put(builder)
         self._artifacts[trace] = artifact
         return started_at, build_secs
+
+    def _check_cancel(self) -> None:
+        if self._cancel.is_set():
+            raise Cancelled("measuring was cancelled")
 
     def _build_request(self, workload: WorkloadRef, trace: str, artifact_path: str) -> Request:
         """The request that builds one candidate into ``artifact_path``."""

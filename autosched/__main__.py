@@ -1,0 +1,5 @@
+"""`python -m autosched` runs the command line."""
+
+from autosched.cli import main
+
+main()

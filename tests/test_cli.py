@@ -1,0 +1,210 @@
+"""The `autosched` command line as a user runs it: tune, log, export in every format, bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tvm
+from sqlalchemy import create_engine, text
+from tvm.s_tir import meta_schedule as ms
+
+from autosched.target import host_target, to_tvm_target
+from autosched.workloads import get_workload
+
+SHAPE = ["-p", "M=64", "-p", "N=64", "-p", "K=64"]
+
+
+def autosched(*args: str, cwd: Path, check: bool = True) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run(
+        [sys.executable, "-m", "autosched", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    if check and result.returncode != 0:
+        raise AssertionError(f"autosched {' '.join(args)} failed:\n{result.stderr}")
+    return result
+
+
+def run_matmul(module: tvm.runtime.Module) -> None:
+    """Run a 64^3 matmul module on random inputs and check it against numpy."""
+    rng = np.random.default_rng(7)
+    a = rng.uniform(-1, 1, (64, 64)).astype("float32")
+    b = rng.uniform(-1, 1, (64, 64)).astype("float32")
+    c = tvm.runtime.empty((64, 64), "float32", tvm.cpu())
+    module["main"](tvm.runtime.tensor(a), tvm.runtime.tensor(b), c)
+    np.testing.assert_allclose(c.numpy(), a @ b, rtol=1e-4, atol=1e-4)
+
+
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    """A working directory whose default log holds a short tuning of matmul 64^3."""
+    work = tmp_path_factory.mktemp("tuned")
+    result = autosched(
+        "tune", "matmul", *SHAPE, "--trials", "8", "--batch", "4", "--seed", "1", "--json", cwd=work
+    )
+    return work, json.loads(result.stdout)
+
+
+def test_tune_prints_the_report_as_json(tuned: tuple[Path, dict]) -> None:
+    work, report = tuned
+    assert (work / "autosched.db").exists()
+    assert report["workload_key"] == get_workload("matmul", {"M": 64, "N": 64, "K": 64}).key
+    assert report["trials"] == 8 and report["failed"] == 0
+    assert report["best_latency_us"] > 0 and report["baseline_latency_us"] > 0
+    assert report["speedup"] == pytest.approx(
+        report["baseline_latency_us"] / report["best_latency_us"]
+    )
+    assert report["gflops"] == pytest.approx(2 * 64**3 / report["best_latency_us"] / 1e3)
+    assert report["target"]["kind"] == "llvm"
+
+
+def test_log_lists_the_tuned_workload(tuned: tuple[Path, dict]) -> None:
+    work, report = tuned
+    (row,) = json.loads(autosched("log", "--json", cwd=work).stdout)
+    assert row["workload_key"] == report["workload_key"]
+    assert row["trials"] == 1 + 8  # the untuned baseline and the trials
+    assert row["best_latency_us"] == pytest.approx(report["best_latency_us"])
+    table = autosched("log", cwd=work).stdout
+    assert "matmul" in table and "M=64" in table
+
+
+def test_export_tvmscript_loads_and_computes_matmul(tuned: tuple[Path, dict]) -> None:
+    work, _ = tuned
+    autosched("export", "matmul", *SHAPE, "--format", "tvmscript", "-o", "best.py", cwd=work)
+    func = tvm.script.from_source((work / "best.py").read_text())
+    run_matmul(tvm.compile(func, target=to_tvm_target(host_target())).jit())
+
+
+def test_export_metaschedule_db_is_used_by_compile_tir(tuned: tuple[Path, dict]) -> None:
+    work, _ = tuned
+    autosched("export", "matmul", *SHAPE, "--format", "metaschedule-db", "-o", "msdb", cwd=work)
+    database = ms.database.JSONDatabase(work_dir=str(work / "msdb"))
+    workload = get_workload("matmul", {"M": 64, "N": 64, "K": 64})
+    target = to_tvm_target(host_target())
+    sch = ms.tir_integration.compile_tir(database, workload.mod, target)
+    assert sch is not None, "TVM found no record for the workload in the exported database"
+    assert len(sch.trace.insts) > 0
+    run_matmul(tvm.compile(sch.mod, target=target).jit())
+
+
+def test_export_library_runs_and_describes_its_signature(tuned: tuple[Path, dict]) -> None:
+    work, report = tuned
+    autosched("export", "matmul", *SHAPE, "--format", "library", "-o", "lib/mm.so", cwd=work)
+    run_matmul(tvm.runtime.load_module(str(work / "lib" / "mm.so")))
+    sidecar = json.loads((work / "lib" / "mm.json").read_text())
+    assert sidecar["function"] == "main"
+    assert [a["shape"] for a in sidecar["arguments"]] == [[64, 64]] * 3
+    assert {a["dtype"] for a in sidecar["arguments"]} == {"float32"}
+    assert sidecar["median_latency_us"] == pytest.approx(report["best_latency_us"])
+
+
+def test_workloads_lists_parameters_and_defaults(tmp_path: Path) -> None:
+    listing = {
+        w["name"]: w for w in json.loads(autosched("workloads", "--json", cwd=tmp_path).stdout)
+    }
+    assert {"matmul", "batch_matmul", "conv2d_nhwc", "softmax"} <= set(listing)
+    params = {p["name"]: p["default"] for p in listing["matmul"]["params"]}
+    assert params["M"] == 512 and params["dtype"] == "float32"
+
+
+BAD_INPUT = [
+    (["tune", "no_such_workload"], "no_such_workload"),
+    (["tune", "matmul", "-p", "M=-3"], "M"),
+    (["tune", "matmul", "-p", "Q=3"], "Q"),
+    (["tune", "matmul", "-p", "M"], "KEY=VALUE"),
+    (["tune", "matmul", "--target", "tpu"], "tpu"),
+    (["tune", "matmul", "--target", '{"kind": "llvm", "mcpu": "nope"}'], "nope"),
+    (["tune", "matmul", "--file", "missing.py"], "missing.py"),
+    (["tune", "matmul", "--file", "garbage.py"], "garbage.py"),
+    (["export", "matmul", "--format", "tvmscript", "-o", "x.py"], "autosched tune"),
+    (["log"], "autosched tune"),
+]
+
+
+@pytest.mark.parametrize(("args", "mentions"), BAD_INPUT, ids=[" ".join(a) for a, _ in BAD_INPUT])
+def test_bad_input_is_one_line_exit_2_and_writes_nothing(
+    tmp_path: Path, args: list[str], mentions: str
+) -> None:
+    (tmp_path / "garbage.py").write_text("this is not TVMScript (\n")
+    result = autosched(*args, cwd=tmp_path, check=False)
+    assert result.returncode == 2, result.stderr
+    message = result.stderr.strip()
+    assert "\n" not in message and "Traceback" not in message
+    assert mentions in message
+    assert not (tmp_path / "autosched.db").exists()
+
+
+def test_export_with_an_unknown_format_or_an_untuned_workload_exits_2(
+    tuned: tuple[Path, dict],
+) -> None:
+    work, _ = tuned
+    for args in (
+        ["export", "matmul", *SHAPE, "--format", "onnx", "-o", "x"],
+        ["export", "matmul", "-p", "M=32", "--format", "tvmscript", "-o", "x.py"],
+        ["export", "matmul", *SHAPE, "--format", "library", "-o", "x.txt"],
+    ):
+        result = autosched(*args, cwd=work, check=False)
+        assert result.returncode == 2 and "\n" not in result.stderr.strip(), result.stderr
+    assert not (work / "x.py").exists() and not (work / "x.txt").exists()
+
+
+def test_ctrl_c_keeps_completed_batches_and_marks_the_job_interrupted(tmp_path: Path) -> None:
+    command = [
+        sys.executable,
+        "-m",
+        "autosched",
+        "tune",
+        "matmul",
+        *SHAPE,
+        "--trials",
+        "200",
+        "--batch",
+        "4",
+        "--seed",
+        "2",
+    ]
+    process = subprocess.Popen(command, cwd=tmp_path, stderr=subprocess.PIPE, text=True)
+    engine = create_engine(f"sqlite:///{tmp_path / 'autosched.db'}")
+    try:
+        deadline = time.monotonic() + 300
+        measured = 0
+        while measured < 1 + 4 and time.monotonic() < deadline:
+            time.sleep(0.5)
+            if (tmp_path / "autosched.db").exists():
+                with engine.connect() as connection:
+                    try:
+                        measured = connection.execute(
+                            text("SELECT count(*) FROM measurements")
+                        ).scalar()
+                    except Exception:  # the schema is still being created
+                        measured = 0
+        assert measured >= 5, "no batch was recorded in time"
+        process.send_signal(signal.SIGINT)
+        _, stderr = process.communicate(timeout=120)
+        assert process.returncode == 130, stderr
+        with engine.connect() as connection:
+            status = connection.execute(text("SELECT status FROM tuning_jobs")).scalar()
+            count = connection.execute(text("SELECT count(*) FROM measurements")).scalar()
+            orphans = connection.execute(
+                text(
+                    "SELECT count(*) FROM candidates c LEFT JOIN measurements m "
+                    "ON m.candidate_id = c.id WHERE m.id IS NULL"
+                )
+            ).scalar()
+    finally:
+        if process.poll() is None:
+            os.kill(process.pid, signal.SIGKILL)
+        engine.dispose()
+    assert status == "interrupted"
+    assert (count - 1) % 4 == 0 and count >= 5  # whole batches only
+    assert orphans == 0

@@ -18,6 +18,7 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from typer.exceptions import TyperException
 
 from autosched.errors import Cancelled, UserError
 
@@ -279,10 +280,22 @@ def export_schedule(
         _out.print(f"wrote {path}")
 
 
+def _print_error(message: str) -> None:
+    _err.print(f"[red]error:[/red] {' '.join(message.split())}", highlight=False, soft_wrap=True)
+
+
 def main() -> None:
-    """Entry point: run the CLI, turning a UserError into a one-line message and exit code 2."""
+    """Entry point: bad input, ours or the argument parser's, is one line and exit code 2."""
     try:
-        app()
+        code = app(standalone_mode=False)
+    except typer.Abort:
+        sys.exit(130)
     except UserError as error:
-        _err.print(f"[red]error:[/red] {error}", highlight=False, soft_wrap=True)
+        _print_error(str(error))
         sys.exit(2)
+    except TyperException as error:  # the argument parser's usage errors; none after the help
+        message = error.format_message() if hasattr(error, "format_message") else str(error)
+        if message.strip():
+            _print_error(message)
+        sys.exit(2)
+    sys.exit(code if isinstance(code, int) else 0)

@@ -128,6 +128,9 @@ BAD_INPUT = [
     (["tune", "matmul", "--file", "garbage.py"], "garbage.py"),
     (["export", "matmul", "--format", "tvmscript", "-o", "x.py"], "autosched tune"),
     (["log"], "autosched tune"),
+    (["tune", "matmul", "--trials", "0"], "--trials"),
+    (["tune", "matmul", "--no-such-flag"], "--no-such-flag"),
+    (["tune", "matmul", "--db", "nosuchdb://x"], "nosuchdb"),
 ]
 
 
@@ -208,3 +211,46 @@ def test_ctrl_c_keeps_completed_batches_and_marks_the_job_interrupted(tmp_path: 
     assert status == "interrupted"
     assert (count - 1) % 4 == 0 and count >= 5  # whole batches only
     assert orphans == 0
+
+
+def test_a_users_tvmscript_file_is_tuned_and_checked_against_its_unscheduled_program(
+    tmp_path: Path,
+) -> None:
+    source = get_workload("matmul", {"M": 64, "N": 64, "K": 64}).func.script()
+    (tmp_path / "mm.py").write_text("from tvm.script import tirx as T\n\n" + source)
+    result = autosched(
+        "tune", "--file", "mm.py", "--trials", "4", "--batch", "4", "--json", cwd=tmp_path
+    )
+    report = json.loads(result.stdout)
+    assert report["workload"] == "mm" and report["trials"] == 4
+    assert report["best_latency_us"] < report["baseline_latency_us"]
+    assert report["gflops"] is None  # a user's program has no known FLOP count
+    autosched("export", "--file", "mm.py", "--format", "tvmscript", "-o", "best.py", cwd=tmp_path)
+    func = tvm.script.from_source((tmp_path / "best.py").read_text())
+    run_matmul(tvm.compile(func, target=to_tvm_target(host_target())).jit())
+
+
+def test_tune_and_log_through_a_database_url(db_url: str, tmp_path: Path) -> None:
+    tmp_path = tmp_path / "cwd"
+    tmp_path.mkdir()
+    result = autosched(
+        "tune",
+        "softmax",
+        "-p",
+        "rows=16",
+        "-p",
+        "cols=64",
+        "--trials",
+        "3",
+        "--batch",
+        "3",
+        "--db",
+        db_url,
+        "--json",
+        cwd=tmp_path,
+    )
+    report = json.loads(result.stdout)
+    (row,) = json.loads(autosched("log", "--db", db_url, "--json", cwd=tmp_path).stdout)
+    assert row["workload"] == "softmax" and row["trials"] == 1 + report["trials"]
+    assert row["best_latency_us"] == pytest.approx(report["best_latency_us"])
+    assert not (tmp_path / "autosched.db").exists()

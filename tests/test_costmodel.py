@@ -1,0 +1,113 @@
+"""The XGBoost cost model: it learns to rank candidates, saves and loads, and serves the search."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from tvm.s_tir.meta_schedule import TuneContext
+from tvm.s_tir.meta_schedule.cost_model import RandomModel
+from tvm.s_tir.meta_schedule.database import MemoryDatabase
+from tvm.s_tir.meta_schedule.runner import RunnerResult
+
+from autosched.costmodel import SearchCostModel, XGBCostModel
+from autosched.costmodel.features import FEATURE_WIDTH, candidate_features
+from autosched.schedule import use_tensor_intrinsics
+from autosched.target import host_target, to_tvm_target
+from autosched.workloads import get_workload
+
+
+@pytest.fixture(scope="module")
+def sampled():
+    """A tuning context and 96 candidate programs sampled from matmul's design space."""
+    use_tensor_intrinsics("llvm")
+    context = TuneContext(
+        mod=get_workload("matmul", {"M": 128, "N": 128, "K": 128}).mod,
+        target=to_tvm_target(host_target()),
+        space_generator="post-order-apply",
+        search_strategy="replay-trace",
+        rand_state=7,
+    )
+    context.pre_tuning(96, 96, context.generate_design_space(), MemoryDatabase(), RandomModel())
+    candidates = context.generate_measure_candidates()
+    assert candidates is not None and len(candidates) == 96
+    return context, candidates
+
+
+def _latencies(features: np.ndarray) -> np.ndarray:
+    """A latency that depends on the programs' features, so there is something to learn."""
+    weights = np.random.default_rng(0).uniform(-1, 1, FEATURE_WIDTH)
+    scores = (features - features.mean(axis=0)) / (features.std(axis=0) + 1e-9) @ weights
+    return np.exp(scores / np.abs(scores).max())
+
+
+def _pairwise_accuracy(predicted: np.ndarray, latencies: np.ndarray) -> float:
+    faster = latencies[:, None] < latencies[None, :]
+    ranked = predicted[:, None] > predicted[None, :]
+    return float((faster & ranked).sum() / faster.sum())
+
+
+def test_features_have_one_fixed_width_row_per_candidate(sampled) -> None:
+    context, candidates = sampled
+    features = candidate_features(context, candidates)
+    assert features.shape == (96, FEATURE_WIDTH)
+    assert np.isfinite(features).all() and features.any(axis=1).all()
+
+
+def test_the_model_learns_to_rank_unseen_candidates(sampled) -> None:
+    context, candidates = sampled
+    features = candidate_features(context, candidates)
+    latencies = _latencies(features)
+    model = XGBCostModel(seed=0)
+    model.add("matmul", features[:64], list(latencies[:64]))
+    model.fit()
+    accuracy = _pairwise_accuracy(model.predict(features[64:]), latencies[64:])
+    assert accuracy > 0.75, f"pairwise rank accuracy on held-out candidates: {accuracy:.2f}"
+
+
+def test_failed_candidates_are_learned_as_the_slowest(sampled) -> None:
+    context, candidates = sampled
+    features = candidate_features(context, candidates)[:48]
+    latencies = [None if i % 2 else 1e-3 for i in range(48)]
+    model = XGBCostModel(seed=0)
+    model.add("matmul", features, latencies)
+    model.fit()
+    predicted = model.predict(features)
+    assert predicted[1::2].mean() < predicted[0::2].mean()
+
+
+def test_save_and_load_keep_the_model_and_its_data(sampled, tmp_path: Path) -> None:
+    context, candidates = sampled
+    features = candidate_features(context, candidates)
+    model = XGBCostModel(seed=0)
+    model.add("a", features[:40], list(_latencies(features)[:40]))
+    model.add("b", features[40:60], [None] * 20)
+    model.fit()
+    model.save(tmp_path / "model")
+    loaded = XGBCostModel.load(tmp_path / "model")
+    assert loaded.num_samples == 60 and loaded.trained_on == 60
+    np.testing.assert_array_equal(loaded.predict(features), model.predict(features))
+
+
+def test_an_unfitted_model_refuses_to_predict() -> None:
+    with pytest.raises(RuntimeError, match="not been fitted"):
+        XGBCostModel().predict(np.zeros((1, FEATURE_WIDTH), dtype=np.float32))
+
+
+def test_the_search_gets_seeded_random_scores_until_the_model_is_trained(sampled) -> None:
+    context, candidates = sampled
+    first = SearchCostModel(XGBCostModel(), "matmul", seed=3).predict(context, candidates[:8])
+    again = SearchCostModel(XGBCostModel(), "matmul", seed=3).predict(context, candidates[:8])
+    np.testing.assert_array_equal(first, again)
+
+    model = XGBCostModel(seed=0)
+    search_model = SearchCostModel(model, "matmul")
+    latencies = _latencies(candidate_features(context, candidates))
+    results = [RunnerResult(run_secs=[float(x)], error_msg=None) for x in latencies[:32]]
+    search_model.update(context, candidates[:32], results)
+    assert model.trained and model.trained_on == 32
+    np.testing.assert_allclose(
+        search_model.predict(context, candidates[32:40]),
+        model.predict(candidate_features(context, candidates[32:40])),
+    )

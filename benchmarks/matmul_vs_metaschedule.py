@@ -121,9 +121,11 @@ def main() -> None:
         print(f"{row['tuner']:<14}{trials:>7}{row['gflops']:>10.1f}{ratio:>10.2f}{wall:>9}")
     for trials in args.trials:
         ours, stock = (r for r in rows if r["trials"] == trials)
+        gflops_ratio = ours["gflops"] / stock["gflops"]
+        wall_ratio = ours["wall_secs"] / stock["wall_secs"]
         print(
-            f"{trials} trials: autosched/metaschedule GFLOP/s {ours['gflops'] / stock['gflops']:.2f}, "
-            f"wall {ours['wall_secs'] / stock['wall_secs']:.2f}"
+            f"{trials} trials: autosched/metaschedule GFLOP/s {gflops_ratio:.2f},"
+            f" wall {wall_ratio:.2f}"
         )
 
 

@@ -16,8 +16,11 @@ from pathlib import Path
 from typing import TypeVar
 
 import pytest
+from alembic import command
 from alembic.autogenerate import compare_metadata
+from alembic.config import Config
 from alembic.migration import MigrationContext
+from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine, inspect, make_url, text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.pool import NullPool
@@ -35,6 +38,9 @@ TABLES = {
     "candidates",
     "measurements",
     "best_records",
+    "workers",
+    "leases",
+    "api_tokens",
 }
 T = TypeVar("T")
 
@@ -116,7 +122,7 @@ def test_migrations_create_every_table_and_reopening_changes_nothing(db_url: str
             assert log.find_workload("w") == workload
         with engine.connect() as connection:
             versions = connection.execute(text("SELECT version_num FROM alembic_version")).all()
-        assert versions == [("0001",)]
+        assert versions == [(_head_revision(),)]
     finally:
         engine.dispose()
 
@@ -130,6 +136,43 @@ def test_migrations_match_the_models(db_url: str) -> None:
             assert compare_metadata(context, Base.metadata) == []
     finally:
         engine.dispose()
+
+
+def _head_revision() -> str | None:
+    config = Config()
+    config.set_main_option("script_location", "autosched.log:migrations")
+    return ScriptDirectory.from_config(config).get_current_head()
+
+
+def test_upgrading_a_log_of_the_first_schema_keeps_its_records(tmp_path) -> None:
+    url = f"sqlite:///{tmp_path / 'old.db'}"
+    engine = create_engine(url)
+    config = Config()
+    config.set_main_option("script_location", "autosched.log:migrations")
+    with engine.begin() as connection:
+        connection.exec_driver_sql("PRAGMA foreign_keys = ON")
+        config.attributes["connection"] = connection
+        command.upgrade(config, "0001")
+        now = "2026-11-30 00:00:00"
+        for statement in (
+            f"INSERT INTO workloads VALUES (1, 'w', 'matmul', '{{}}', 'x', 1.0, '{now}')",
+            f"INSERT INTO targets VALUES (1, 't', 'llvm', '{{}}', '{now}')",
+            "INSERT INTO tuning_jobs VALUES "
+            f"(1, 1, 1, 8, 4, 'evolutionary', 0, 'finished', '{now}', '{now}', '{now}')",
+            f"INSERT INTO candidates VALUES (1, 1, 1, 1, '[[],[]]', 'h', NULL, '{now}')",
+            "INSERT INTO measurements VALUES "
+            f"(1, 1, NULL, '[0.5]', 0.5, NULL, NULL, 1, 0.1, '{now}', '{now}')",
+        ):
+            connection.exec_driver_sql(statement)
+    engine.dispose()
+    with TuningLog(url) as log:
+        (record,) = log.records(1, 1)
+        assert record.median_secs == 0.5 and record.program_hash == "h"
+        assert log.job(1).status is JobStatus.FINISHED
+    engine = create_engine(url)
+    with engine.connect() as connection:
+        assert connection.execute(text("SELECT state FROM candidates")).scalar() == "measured"
+    engine.dispose()
 
 
 def open_and_ensure_target(url: str) -> int:

@@ -87,6 +87,8 @@ class Workload(Base):
     tvmscript: Mapped[str] = mapped_column(Text)
     flops: Mapped[float | None]
     created_at: Mapped[CreatedAt]
+    # The user's TVMScript for workloads that are not built in (rebuilt from name and params).
+    source: Mapped[str | None] = mapped_column(Text)
 
 
 class Target(Base):
@@ -118,7 +120,8 @@ class TuningJob(Base):
     __tablename__ = "tuning_jobs"
     __table_args__ = (
         CheckConstraint(
-            "status IN ('running', 'finished', 'interrupted', 'failed')", name="status"
+            "status IN ('queued', 'running', 'finished', 'interrupted', 'failed', 'cancelled')",
+            name="status",
         ),
         CheckConstraint("trials >= 0", name="trials"),
         CheckConstraint("batch_size >= 1", name="batch_size"),
@@ -136,13 +139,27 @@ class TuningJob(Base):
     created_at: Mapped[CreatedAt]
     started_at: Mapped[datetime | None]
     finished_at: Mapped[datetime | None]
+    # The search engine driving the job and until when its claim holds (service jobs only).
+    engine_id: Mapped[str | None] = mapped_column(String(64))
+    engine_expires_at: Mapped[datetime | None]
 
 
 class Candidate(Base):
-    """A scheduled program, identified per workload and target by the hash of its lowered code."""
+    """A scheduled program, identified per workload and target by the hash of its lowered code.
+
+    ``state`` follows a candidate through the service's queue: ``queued`` (waiting for a worker),
+    ``leased`` (held by ``lease_id``), then ``measured`` (it has a measurement) or ``poisoned``
+    (it killed its measuring process twice; never handed out again). Candidates measured on one
+    machine are ``measured`` from the start. ``queue_position`` orders the queue so that jobs
+    take turns; ``strikes`` counts measuring processes lost while measuring it.
+    """
 
     __tablename__ = "candidates"
-    __table_args__ = (UniqueConstraint("workload_id", "target_id", "program_hash"),)
+    __table_args__ = (
+        UniqueConstraint("workload_id", "target_id", "program_hash"),
+        CheckConstraint("state IN ('queued', 'leased', 'measured', 'poisoned')", name="state"),
+        Index(None, "state", "target_id", "queue_position"),
+    )
 
     id: Mapped[IntPk]
     job_id: Mapped[int | None] = mapped_column(ForeignKey("tuning_jobs.id"), index=True)
@@ -152,6 +169,53 @@ class Candidate(Base):
     program_hash: Mapped[str] = mapped_column(String(128))
     predicted_score: Mapped[float | None]
     created_at: Mapped[CreatedAt]
+    state: Mapped[str] = mapped_column(String(16), default="measured")
+    lease_id: Mapped[int | None] = mapped_column(ForeignKey("leases.id"), index=True)
+    queue_position: Mapped[int | None]
+    strikes: Mapped[int] = mapped_column(default=0)
+
+
+class Worker(Base):
+    """A worker daemon that measures candidates for one target on one device."""
+
+    __tablename__ = "workers"
+
+    id: Mapped[IntPk]
+    name: Mapped[Name]
+    target_id: Mapped[int] = mapped_column(ForeignKey("targets.id"))
+    device_id: Mapped[int] = mapped_column(ForeignKey("devices.id"))
+    registered_at: Mapped[CreatedAt]
+    heartbeat_at: Mapped[datetime]
+
+
+class Lease(Base):
+    """Candidates handed to a worker until ``expires_at``; the worker's heartbeat extends it."""
+
+    __tablename__ = "leases"
+    __table_args__ = (
+        CheckConstraint("state IN ('active', 'reported', 'expired')", name="state"),
+        Index(None, "state", "expires_at"),
+    )
+
+    id: Mapped[IntPk]
+    worker_id: Mapped[int] = mapped_column(ForeignKey("workers.id"), index=True)
+    created_at: Mapped[CreatedAt]
+    expires_at: Mapped[datetime]
+    state: Mapped[str] = mapped_column(String(16))
+
+
+class ApiToken(Base):
+    """A bearer token of the REST API, stored as its sha256; ``role`` is client or worker."""
+
+    __tablename__ = "api_tokens"
+    __table_args__ = (CheckConstraint("role IN ('client', 'worker')", name="role"),)
+
+    id: Mapped[IntPk]
+    name: Mapped[Name]
+    role: Mapped[str] = mapped_column(String(16))
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    created_at: Mapped[CreatedAt]
+    revoked_at: Mapped[datetime | None]
 
 
 class Measurement(Base):

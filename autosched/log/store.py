@@ -597,14 +597,30 @@ def _upgrade_schema(engine: Engine) -> None:
     """Run the Alembic migrations up to head, in one transaction."""
     config = Config()
     config.set_main_option("script_location", "autosched.log:migrations")
-    with _MIGRATION_LOCK, engine.begin() as connection:
-        if connection.dialect.name == "postgresql":
-            # Processes opening a fresh database at once would otherwise both create the tables.
-            connection.execute(
-                text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_MIGRATION_LOCK}
-            )
-        config.attributes["connection"] = connection
-        command.upgrade(config, "head")
+    with _MIGRATION_LOCK, engine.connect() as connection:
+        sqlite_connection = (
+            connection.connection.driver_connection if engine.dialect.name == "sqlite" else None
+        )
+        if sqlite_connection is not None:
+            # SQLite alters a table by copying it; foreign keys must be off while it does, and
+            # only outside a transaction can they be turned off (SQLite's ALTER TABLE recipe).
+            sqlite_connection.execute("PRAGMA foreign_keys = OFF")
+        try:
+            with connection.begin():
+                if connection.dialect.name == "postgresql":
+                    # Processes opening a fresh database at once would both create the tables.
+                    connection.execute(
+                        text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_MIGRATION_LOCK}
+                    )
+                config.attributes["connection"] = connection
+                command.upgrade(config, "head")
+                if sqlite_connection is not None:
+                    violations = connection.exec_driver_sql("PRAGMA foreign_key_check").all()
+                    if violations:
+                        raise CommandError(f"foreign keys broken by the migration: {violations}")
+        finally:
+            if sqlite_connection is not None:
+                sqlite_connection.execute("PRAGMA foreign_keys = ON")
 
 
 def _display(url: str) -> str:

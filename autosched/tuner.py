@@ -152,6 +152,7 @@ def tune(
         params=dict(workload.params),
         tvmscript=workload.tvmscript,
         flops=workload.flops,
+        source=workload.source,
     ).id
     target_id = log.ensure_target(
         key=target_key(target), kind=target_kind(target), target_json=target

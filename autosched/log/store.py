@@ -47,7 +47,7 @@ from autosched.log.models import (
     Workload,
     utcnow,
 )
-from autosched.records import CandidateResult, ErrorKind, RecordView, SummaryRow
+from autosched.records import CandidateResult, ErrorKind, RecordView, SummaryRow, WorkloadRef
 
 _Keyed = TypeVar("_Keyed", Workload, Target, Device)
 
@@ -64,12 +64,21 @@ def default_db_url() -> str:
 
 
 class JobStatus(str, Enum):
-    """Where a tuning job stands; every status but RUNNING is final."""
+    """Where a tuning job stands; every status but QUEUED and RUNNING is final.
 
+    QUEUED: submitted to the service, no engine has taken it up yet.
+    """
+
+    QUEUED = "queued"
     RUNNING = "running"
     FINISHED = "finished"
     INTERRUPTED = "interrupted"
     FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def final(self) -> bool:
+        return self not in (JobStatus.QUEUED, JobStatus.RUNNING)
 
 
 @dataclass(frozen=True)
@@ -82,6 +91,12 @@ class WorkloadInfo:
     params: dict[str, Any]
     tvmscript: str
     flops: float | None
+    source: str | None = None
+
+    @property
+    def ref(self) -> WorkloadRef:
+        """What a measuring process needs to rebuild this workload."""
+        return WorkloadRef(self.name, dict(self.params), self.key, self.source)
 
 
 @dataclass(frozen=True)
@@ -158,6 +173,16 @@ class TuningLog:
         """The URL the log was opened with."""
         return self._url
 
+    @property
+    def sessions(self) -> sessionmaker[Session]:
+        """Sessions on the log's database, for stores that share it (``autosched.log.queue``)."""
+        return self._sessions
+
+    @property
+    def insert(self) -> Callable[[Any], Any]:
+        """The dialect's INSERT construct, which offers ``on_conflict_do_nothing``/``_update``."""
+        return self._insert
+
     def close(self) -> None:
         """Close every pooled connection. The log may not be used afterwards."""
         self._engine.dispose()
@@ -174,7 +199,14 @@ class TuningLog:
         self.close()
 
     def ensure_workload(
-        self, *, key: str, name: str, params: dict[str, Any], tvmscript: str, flops: float | None
+        self,
+        *,
+        key: str,
+        name: str,
+        params: dict[str, Any],
+        tvmscript: str,
+        flops: float | None,
+        source: str | None = None,
     ) -> WorkloadInfo:
         """Return the workload stored under ``key``, inserting it first if there is none.
 
@@ -184,6 +216,7 @@ class TuningLog:
             params: The parameters it was built from (JSON-serializable).
             tvmscript: Its TVMScript source.
             flops: Floating-point operations of one run, if known.
+            source: The user's TVMScript, for a workload that is not built in.
 
         Returns:
             The stored workload. If one existed, it is returned as stored and the other arguments
@@ -195,6 +228,7 @@ class TuningLog:
             "params": params,
             "tvmscript": tvmscript,
             "flops": flops,
+            "source": source,
         }
         with self._sessions.begin() as session:
             row = self._get_or_insert(session, Workload, values)
@@ -293,14 +327,14 @@ class TuningLog:
 
         Args:
             job_id: The job.
-            status: FINISHED, INTERRUPTED or FAILED.
+            status: A final status.
 
         Raises:
-            ValueError: If ``status`` is RUNNING.
+            ValueError: If ``status`` is not final.
             UserError: If there is no job ``job_id``.
         """
-        if status is JobStatus.RUNNING:
-            raise ValueError("end_job needs a final status, not RUNNING")
+        if not status.final:
+            raise ValueError(f"end_job needs a final status, not {status.name}")
         with self._sessions.begin() as session:
             ended = session.execute(
                 update(TuningJob)
@@ -392,7 +426,7 @@ class TuningLog:
                     fastest = (median, candidate_id)
             session.flush()
             if fastest is not None:
-                self._offer_best(session, job.workload_id, job.target_id, *fastest)
+                self.offer_best(session, job.workload_id, job.target_id, *fastest)
             return stored
 
     def best(self, workload_id: int, target_id: int) -> RecordView | None:
@@ -526,10 +560,13 @@ class TuningLog:
             row = session.scalars(query).one()
         return row
 
-    def _offer_best(
+    def offer_best(
         self, session: Session, workload_id: int, target_id: int, median: float, candidate_id: int
     ) -> None:
-        """Make the candidate the best record unless the current one is at least as fast."""
+        """Make the candidate the best record unless the current one is at least as fast.
+
+        For stores that share this log's database (``autosched.log.queue``): runs in ``session``.
+        """
         insert = self._insert(BestRecord).values(
             workload_id=workload_id,
             target_id=target_id,
@@ -643,6 +680,7 @@ def _workload_info(row: Workload) -> WorkloadInfo:
         params=row.params,
         tvmscript=row.tvmscript,
         flops=row.flops,
+        source=row.source,
     )
 
 

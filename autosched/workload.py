@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import math
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -60,6 +61,15 @@ class Workload:
     def args(self) -> list[tuple[tuple[int, ...], str]]:
         """Shape and dtype of each buffer argument, in order."""
         return _buffer_args(self.func, self.name)
+
+    @property
+    def min_bytes(self) -> int:
+        """The compulsory memory traffic: every argument read or written once, in bytes.
+
+        No schedule moves less (each input is read at least once, each output written once);
+        intermediate buffers, which a schedule may keep in cache, are not counted.
+        """
+        return sum(math.prod(shape) * _dtype_bytes(dtype) for shape, dtype in self.args)
 
 
 def normalize_func(func: tvm.tirx.PrimFunc) -> tvm.tirx.PrimFunc:
@@ -191,6 +201,10 @@ def tolerance(dtype: str) -> tuple[float, float]:
     if _numpy_dtype(dtype).kind in "iub":
         return (0.0, 0.0)
     raise UserError(f"no comparison tolerance known for dtype {dtype}")
+
+
+def _dtype_bytes(dtype: str) -> int:
+    return tvm.runtime.DataType(dtype).bits * tvm.runtime.DataType(dtype).lanes // 8
 
 
 def _numpy_dtype(dtype: str) -> np.dtype:

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from autosched.errors import UserError
 from autosched.workload import Workload
 
 MAX_BUFFER_ELEMENTS = 2**31 - 1  # past this, buffers need 64-bit indexing
+PRESET = "preset"  # the pseudo-parameter that names one of a workload's presets
 
 
 @dataclass(frozen=True)
@@ -62,27 +63,33 @@ class WorkloadSpec:
     """A built-in workload: its name, a one-line description, its parameters and its builder.
 
     ``build`` takes every parameter as a keyword argument, already checked, and may raise
-    :class:`UserError` for combinations that single parameters cannot rule out.
+    :class:`UserError` for combinations that single parameters cannot rule out. ``presets`` name
+    parameter sets from the literature (ResNet-50 layers, ...); a preset only fills parameters, so
+    a workload built from one is the same workload as with its parameters spelled out.
     """
 
     name: str
     description: str
     params: tuple[Param, ...]
     build: Callable[..., Workload]
+    presets: Mapping[str, Mapping[str, object]] = field(default_factory=dict)
 
 
 _SPECS: dict[str, WorkloadSpec] = {}
 
 
 def register_workload(
-    name: str, description: str, *params: Param
+    name: str,
+    description: str,
+    *params: Param,
+    presets: Mapping[str, Mapping[str, object]] | None = None,
 ) -> Callable[[Callable[..., Workload]], Callable[..., Workload]]:
     """Decorator that registers a builder under ``name``; the builder is returned unchanged."""
 
     def register(build: Callable[..., Workload]) -> Callable[..., Workload]:
         if name in _SPECS:
             raise ValueError(f"workload {name!r} is registered twice")
-        _SPECS[name] = WorkloadSpec(name, description, params, build)
+        _SPECS[name] = WorkloadSpec(name, description, params, build, dict(presets or {}))
         return build
 
     return register
@@ -96,13 +103,18 @@ def workload_specs() -> list[WorkloadSpec]:
 def get_workload(name: str, params: Mapping[str, object] | None = None) -> Workload:
     """Build the registered workload ``name``; parameters not given take their defaults.
 
+    The pseudo-parameter ``preset`` fills the parameters of one of the workload's presets; the
+    parameters given with it override the preset's.
+
     Raises:
-        UserError: unknown workload or parameter, a bad value, or a buffer too large to build.
+        UserError: unknown workload, preset or parameter, a bad value, or a buffer too large.
     """
     spec = _SPECS.get(name)
     if spec is None:
         raise UserError(f"unknown workload {name!r}; known workloads: {', '.join(sorted(_SPECS))}")
     given = dict(params or {})
+    if PRESET in given:
+        given = {**_preset(spec, given.pop(PRESET)), **given}
     allowed = [p.name for p in spec.params]
     unknown = sorted(set(given) - set(allowed))
     if unknown:
@@ -118,6 +130,13 @@ def get_workload(name: str, params: Mapping[str, object] | None = None) -> Workl
                 f"over {MAX_BUFFER_ELEMENTS} elements"
             )
     return workload
+
+
+def _preset(spec: WorkloadSpec, preset: object) -> dict[str, object]:
+    if preset not in spec.presets:
+        known = ", ".join(spec.presets) or "none"
+        raise UserError(f"unknown preset {preset!r} of {spec.name}; presets: {known}")
+    return dict(spec.presets[str(preset)])
 
 
 def parse_param_overrides(pairs: Sequence[str]) -> dict[str, str]:

@@ -1,4 +1,4 @@
-"""Linear-algebra workloads: matmul and batch_matmul.
+"""Linear-algebra workloads: matmul, batch_matmul and dense_bias_relu (a fused epilogue).
 
 Each is a TE definition with a numpy reference and an exact FLOP count.
 """
@@ -6,7 +6,7 @@ Each is a TE definition with a numpy reference and an exact FLOP count.
 from __future__ import annotations
 
 import numpy as np
-from tvm import te
+from tvm import te, tirx
 
 from autosched.workload import Workload, workload_from_te
 from autosched.workloads._common import (
@@ -71,4 +71,39 @@ def batch_matmul(B: int, M: int, N: int, K: int, dtype: str) -> Workload:
     params: dict[str, object] = {"B": B, "M": M, "N": N, "K": K, "dtype": dtype}
     return workload_from_te(
         "batch_matmul", params, [a, b, c], flops=2 * B * M * N * K, reference=reference
+    )
+
+
+@register_workload(
+    "dense_bias_relu",
+    "Y = relu(X @ W^T + bias): a fully connected layer (W is NxK, as nn.Linear stores it)",
+    Param("M", int, 128, "rows of X and Y (tokens or batch)"),
+    Param("N", int, 768, "output features: rows of W, columns of Y"),
+    Param("K", int, 768, "input features (the reduction)"),
+    dtype_param(),
+)
+def dense_bias_relu(M: int, N: int, K: int, dtype: str) -> Workload:
+    acc = accumulation_dtype(dtype)
+    x = te.placeholder((M, K), dtype, name="X")
+    w = te.placeholder((N, K), dtype, name="W")
+    bias = te.placeholder((N,), dtype, name="bias")
+    k = te.reduce_axis((0, K), name="k")
+    dense = te.compute(
+        (M, N), lambda i, j: te.sum(x[i, k].astype(acc) * w[j, k].astype(acc), axis=k), "dense"
+    )
+    out = te.compute(
+        (M, N),
+        lambda i, j: tirx.max(dense[i, j] + bias[j].astype(acc), tirx.const(0, acc)).astype(dtype),
+        name="Y",
+    )
+
+    def reference(inputs: list[np.ndarray]) -> list[np.ndarray]:
+        lhs, weight, offset = (to_accumulation(array) for array in inputs)
+        return [np.maximum(lhs @ weight.T + offset, 0).astype(dtype)]
+
+    params: dict[str, object] = {"M": M, "N": N, "K": K, "dtype": dtype}
+    # 2MNK for the products and sums, then per output one addition (bias) and one max (relu).
+    flops = 2 * M * N * K + 2 * M * N
+    return workload_from_te(
+        "dense_bias_relu", params, [x, w, bias, out], flops=flops, reference=reference
     )

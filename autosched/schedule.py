@@ -30,6 +30,9 @@ def _plain(value: Any) -> Any:
     return [_plain(item) for item in value]
 
 
+# The trace of the unscheduled program: it replays to the workload as written (the baseline).
+BASELINE_TRACE = "[[],[]]"
+
 # Tensor intrinsics each target kind's schedule rules may tensorize with. Importing TVM's
 # `tvm.s_tir.tensor_intrin` package registers those of every kind, which takes seconds (CUDA's alone
 # over ten), and MetaSchedule imports it whenever a TuneContext is made.

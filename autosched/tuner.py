@@ -16,13 +16,11 @@ from autosched.errors import Cancelled
 from autosched.log import JobStatus, TuningLog
 from autosched.measure import Measurer
 from autosched.records import CandidateResult, ErrorKind, MeasureResult, RecordView, WorkloadRef
-from autosched.schedule import program_hash
+from autosched.schedule import BASELINE_TRACE, program_hash
 from autosched.search import EvolutionarySearch, Proposal, population_for
 from autosched.target import canonical_target, device_fingerprint, target_key, target_kind
 from autosched.workload import Workload
 
-# The unscheduled program: the empty trace replays to the workload as written.
-BASELINE_TRACE = "[[],[]]"
 # Consecutive batches without a single new program after which the space counts as exhausted.
 _STALE_BATCHES = 3
 

@@ -8,8 +8,9 @@ from faults import Abort, Fail, FaultyMeasurer, Pid, Sleep, faulty_matmul
 from autosched.measure import LocalMeasurer, MeasureConfig
 from autosched.measure.child import ChildDied, ChildProcess, ChildTimeout, RequestFailed
 from autosched.records import ErrorKind
+from autosched.schedule import BASELINE_TRACE
 from autosched.target import host_target
-from autosched.tuner import BASELINE_TRACE, workload_ref
+from autosched.tuner import workload_ref
 from autosched.workloads import get_workload
 
 FAST = MeasureConfig(repeat=2, min_repeat_ms=1, run_timeout_secs=5, build_timeout_secs=60)

@@ -8,8 +8,9 @@ from faults import FaultyMeasurer, faulty_matmul
 from autosched.log import JobStatus, TuningLog
 from autosched.measure import MeasureConfig
 from autosched.records import ErrorKind
+from autosched.schedule import BASELINE_TRACE
 from autosched.target import host_target, target_key
-from autosched.tuner import BASELINE_TRACE, TuneOptions, tune
+from autosched.tuner import TuneOptions, tune
 from autosched.workloads import get_workload
 
 FAST = MeasureConfig(repeat=2, min_repeat_ms=2, run_timeout_secs=5)

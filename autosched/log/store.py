@@ -438,7 +438,7 @@ class TuningLog:
         )
         with self._sessions.begin() as session:
             row = session.execute(query).one_or_none()
-            return None if row is None else _record_view(*row)
+            return None if row is None else record_view(*row)
 
     def records(
         self, workload_id: int, target_id: int, *, ok_only: bool = False, limit: int | None = None
@@ -465,7 +465,7 @@ class TuningLog:
         else:
             query = query.order_by(Candidate.id)
         with self._sessions.begin() as session:
-            return [_record_view(*row) for row in session.execute(query.limit(limit))]
+            return [record_view(*row) for row in session.execute(query.limit(limit))]
 
     def summary(self) -> list[SummaryRow]:
         """Return one row per workload and target that has candidates, ordered by their keys.
@@ -559,6 +559,12 @@ class TuningLog:
             )
             row = session.scalars(query).one()
         return row
+
+    def workload_by_id(self, session: Session, workload_id: int) -> WorkloadInfo:
+        """The workload with primary key ``workload_id``, read in ``session``."""
+        row = session.get(Workload, workload_id)
+        assert row is not None, f"no workload {workload_id}"
+        return _workload_info(row)
 
     def offer_best(
         self, session: Session, workload_id: int, target_id: int, median: float, candidate_id: int
@@ -694,7 +700,8 @@ def _record_query() -> Select[tuple[Candidate, Measurement]]:
     )
 
 
-def _record_view(candidate: Candidate, measurement: Measurement) -> RecordView:
+def record_view(candidate: Candidate, measurement: Measurement) -> RecordView:
+    """A candidate and its measurement as the rest of autosched reads them."""
     return RecordView(
         candidate_id=candidate.id,
         trace_json=candidate.trace_json,

@@ -1,0 +1,87 @@
+"""Bearer tokens of the REST API, kept in the tuning log as sha256 hashes with a role.
+
+A plain token exists only in the answer to ``create`` (or in the environment that ``add`` reads it
+from); the log keeps its hash, so a leaked database does not leak usable tokens.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from enum import Enum
+
+from sqlalchemy import select
+
+from autosched.errors import UserError
+from autosched.log.models import ApiToken, utcnow
+from autosched.log.store import TuningLog
+
+MIN_TOKEN_CHARS = 32  # ``create`` makes 43 characters (256 random bits)
+
+
+class Role(str, Enum):
+    """What a token may do: clients submit and read jobs; workers lease and report candidates."""
+
+    CLIENT = "client"
+    WORKER = "worker"
+
+
+class TokenStore:
+    """The API tokens of a tuning log.
+
+    Contract:
+        * ``create`` and ``add`` are single transactions; ``add`` is idempotent.
+        * ``authenticate`` accepts a token only while it is stored and not revoked.
+        * Thread safety: as ``TuningLog``; one store may be shared by threads.
+    """
+
+    def __init__(self, log: TuningLog) -> None:
+        self._log = log
+
+    def create(self, role: Role, name: str) -> str:
+        """Make a new random token of ``role``; returns it, the only time it is ever shown."""
+        token = secrets.token_urlsafe(32)
+        self.add(role, name, token)
+        return token
+
+    def add(self, role: Role, name: str, token: str) -> None:
+        """Accept ``token`` (chosen elsewhere, e.g. set in a deployment's environment) as ``role``.
+
+        Adding a token that is already stored with the same role changes nothing.
+
+        Raises:
+            UserError: the token is shorter than ``MIN_TOKEN_CHARS``, or is stored with another
+                role.
+        """
+        if len(token) < MIN_TOKEN_CHARS:
+            raise UserError(f"a {role.value} token needs at least {MIN_TOKEN_CHARS} characters")
+        values = {
+            "name": name,
+            "role": role.value,
+            "token_hash": _hash(token),
+            "created_at": utcnow(),
+        }
+        with self._log.sessions.begin() as session:
+            session.execute(
+                self._log.insert(ApiToken)
+                .values(**values)
+                .on_conflict_do_nothing(index_elements=["token_hash"])
+            )
+            stored = session.scalars(
+                select(ApiToken.role).where(ApiToken.token_hash == values["token_hash"])
+            ).one()
+        if stored != role.value:
+            raise UserError(f"this token is already a {stored} token; use another one")
+
+    def authenticate(self, token: str) -> Role | None:
+        """The role of ``token``, or ``None`` if it is unknown or revoked."""
+        query = select(ApiToken.role).where(
+            ApiToken.token_hash == _hash(token), ApiToken.revoked_at.is_(None)
+        )
+        with self._log.sessions.begin() as session:
+            role = session.scalar(query)
+        return None if role is None else Role(role)
+
+
+def _hash(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()

@@ -1,0 +1,267 @@
+"""The service's work queue: claiming jobs, leasing fairly, idempotent reports, expiry, poison."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+
+import pytest
+
+from autosched.errors import UserError
+from autosched.log import JobStatus, TuningLog
+from autosched.log.queue import ReportedResult, WorkQueue
+from autosched.records import ErrorKind, MeasureResult
+from autosched.workloads import get_workload
+
+TARGET = {"kind": "llvm", "mcpu": "skylake-avx512", "num-cores": 2}
+OTHER_TARGET = {"kind": "llvm", "mcpu": "znver3", "num-cores": 8}
+FINGERPRINT = {"cpu_model": "test cpu", "physical_cores": 2}
+
+
+@pytest.fixture
+def log(db_url: str) -> Iterator[TuningLog]:
+    with TuningLog(db_url) as opened:
+        yield opened
+
+
+def _running_job(queue: WorkQueue, trials: int = 8, name: str = "matmul", m: int = 16) -> int:
+    workload = get_workload(name, {"M": m, "N": 16, "K": 16})
+    job = queue.submit(
+        workload, TARGET, trials=trials, batch_size=4, strategy="evolutionary", seed=0
+    )
+    assert job in queue.claim_jobs("engine-1", ttl_secs=60)
+    return job
+
+
+def _candidates(prefix: str, n: int) -> list[tuple[str, str, float | None]]:
+    return [(f'["{prefix}{i}"]', f"{prefix}{i}", None) for i in range(n)]
+
+
+def _ok(secs: float) -> MeasureResult:
+    now = datetime.now(UTC)
+    return MeasureResult(samples=(secs, secs), started_at=now, finished_at=now)
+
+
+def _crash() -> MeasureResult:
+    return MeasureResult(error_kind=ErrorKind.CRASH, error_msg="killed by SIGSEGV")
+
+
+def test_a_submitted_job_is_queued_until_an_engine_claims_it(log: TuningLog) -> None:
+    queue = WorkQueue(log)
+    job = queue.submit(
+        get_workload("matmul", {"M": 16, "N": 16, "K": 16}),
+        TARGET,
+        trials=8,
+        batch_size=4,
+        strategy="evolutionary",
+        seed=1,
+    )
+    assert queue.job(job).status is JobStatus.QUEUED
+    assert queue.claim_jobs("engine-1", ttl_secs=60) == [job]
+    assert queue.claim_jobs("engine-2", ttl_secs=60) == []  # held by a live engine
+    progress = queue.job(job)
+    assert progress.status is JobStatus.RUNNING and progress.started_at is not None
+
+
+def test_a_job_whose_engine_died_is_taken_over(log: TuningLog) -> None:
+    queue = WorkQueue(log)
+    job = queue.submit(
+        get_workload("softmax", {"rows": 4, "cols": 8}),
+        TARGET,
+        trials=4,
+        batch_size=4,
+        strategy="evolutionary",
+        seed=None,
+    )
+    assert queue.claim_jobs("engine-1", ttl_secs=0.2) == [job]
+    time.sleep(0.3)
+    assert queue.claim_jobs("engine-2", ttl_secs=60) == [job]
+    assert queue.claim_jobs("engine-1", ttl_secs=60) == []
+
+
+def test_workers_lease_their_targets_candidates_in_batches(log: TuningLog) -> None:
+    queue = WorkQueue(log)
+    job = _running_job(queue)
+    assert len(queue.enqueue(job, _candidates("a", 6))) == 6
+    assert queue.enqueue(job, _candidates("a", 6)) == []  # known programs are not queued twice
+    stranger = queue.register_worker(name="other", target=OTHER_TARGET, fingerprint=FINGERPRINT)
+    assert queue.lease(stranger, 4) is None
+    worker = queue.register_worker(name="w", target=TARGET, fingerprint=FINGERPRINT)
+    first = queue.lease(worker, 4)
+    second = queue.lease(worker, 4)
+    assert first is not None and second is not None and queue.lease(worker, 4) is None
+    leased = [c.candidate_id for c in first.candidates + second.candidates]
+    assert len(leased) == len(set(leased)) == 6
+    candidate = first.candidates[0]
+    assert candidate.job_id == job and candidate.workload.name == "matmul"
+    assert candidate.target["mcpu"] == "skylake-avx512" and candidate.best_latency_secs is None
+    assert queue.outstanding(job) == 6
+
+
+def test_jobs_take_turns(log: TuningLog) -> None:
+    queue = WorkQueue(log)
+    first_job = _running_job(queue, m=16)
+    second_job = _running_job(queue, m=32)
+    queue.enqueue(first_job, _candidates("a", 4))
+    queue.enqueue(second_job, _candidates("b", 4))
+    worker = queue.register_worker(name="w", target=TARGET, fingerprint=FINGERPRINT)
+    lease = queue.lease(worker, 4)
+    assert lease is not None
+    assert sorted(c.job_id for c in lease.candidates) == sorted([first_job, second_job] * 2)
+
+
+def test_reports_are_stored_once_and_only_verified_results_become_best(log: TuningLog) -> None:
+    queue = WorkQueue(log)
+    job = _running_job(queue)
+    queue.enqueue(job, _candidates("a", 3))
+    worker = queue.register_worker(name="w", target=TARGET, fingerprint=FINGERPRINT)
+    lease = queue.lease(worker, 3)
+    assert lease is not None
+    ids = [c.candidate_id for c in lease.candidates]
+    report = [
+        ReportedResult(ids[0], _ok(2e-3), verified=True),
+        ReportedResult(ids[1], _ok(1e-3), verified=False),  # faster, but never checked
+        ReportedResult(ids[2], MeasureResult(error_kind=ErrorKind.BUILD, error_msg="no"), False),
+    ]
+    outcome = queue.report(worker, lease.id, report)
+    assert (outcome.stored, outcome.ignored) == (3, 0)
+    again = queue.report(worker, lease.id, report)
+    assert (again.stored, again.ignored) == (0, 3)
+    progress = queue.job(job)
+    assert progress.trials_done == 3 and progress.failed == 1
+    assert progress.best_latency_secs == pytest.approx(2e-3)
+    assert progress.curve == [(1, pytest.approx(2e-3))]
+    assert queue.outstanding(job) == 0
+    assert [m.record.program_hash for m in queue.measured_since(job, 0)] == ["a0", "a1", "a2"]
+    last = queue.measured_since(job, 0)[1].measurement_id
+    assert [m.record.program_hash for m in queue.measured_since(job, last)] == ["a2"]
+
+
+def test_an_expired_lease_goes_back_and_its_late_report_is_not_double_counted(
+    log: TuningLog,
+) -> None:
+    queue = WorkQueue(log, lease_secs=0.3)
+    job = _running_job(queue)
+    queue.enqueue(job, _candidates("a", 2))
+    dead = queue.register_worker(name="dead", target=TARGET, fingerprint=FINGERPRINT)
+    alive = queue.register_worker(name="alive", target=TARGET, fingerprint=FINGERPRINT)
+    lost = queue.lease(dead, 2)
+    assert lost is not None
+    time.sleep(0.4)
+    retry = queue.lease(alive, 2)
+    assert retry is not None
+    assert {c.candidate_id for c in retry.candidates} == {c.candidate_id for c in lost.candidates}
+    results = [ReportedResult(c.candidate_id, _ok(1e-3), True) for c in retry.candidates]
+    assert queue.report(alive, retry.id, results).stored == 2
+    late = [ReportedResult(c.candidate_id, _ok(5e-4), True) for c in lost.candidates]
+    assert queue.report(dead, lost.id, late).ignored == 2
+    assert queue.job(job).trials_done == 2
+    assert queue.job(job).best_latency_secs == pytest.approx(1e-3)
+
+
+def test_heartbeats_keep_a_lease(log: TuningLog) -> None:
+    queue = WorkQueue(log, lease_secs=0.4)
+    job = _running_job(queue)
+    queue.enqueue(job, _candidates("a", 1))
+    worker = queue.register_worker(name="w", target=TARGET, fingerprint=FINGERPRINT)
+    other = queue.register_worker(name="o", target=TARGET, fingerprint=FINGERPRINT)
+    lease = queue.lease(worker, 1)
+    assert lease is not None
+    for _ in range(3):
+        time.sleep(0.2)
+        queue.heartbeat(worker)
+    assert queue.lease(other, 1) is None
+    assert queue.expire_leases() == 0
+
+
+def test_a_candidate_that_crashes_twice_is_poisoned_and_never_sent_again(log: TuningLog) -> None:
+    queue = WorkQueue(log)
+    job = _running_job(queue)
+    queue.enqueue(job, _candidates("a", 1))
+    worker = queue.register_worker(name="w", target=TARGET, fingerprint=FINGERPRINT)
+    for expected in ("requeued", "poisoned"):
+        lease = queue.lease(worker, 1)
+        assert lease is not None
+        (candidate,) = lease.candidates
+        outcome = queue.report(
+            worker, lease.id, [ReportedResult(candidate.candidate_id, _crash(), False)]
+        )
+        assert getattr(outcome, expected) == 1
+    assert queue.lease(worker, 1) is None
+    (measured,) = queue.measured_since(job, 0)
+    assert measured.record.error_kind is ErrorKind.CRASH
+    assert "poisoned" in measured.record.error_msg
+    assert queue.job(job).failed == 1
+
+
+def test_a_released_lease_is_requeued_without_a_strike(log: TuningLog) -> None:
+    queue = WorkQueue(log)
+    job = _running_job(queue)
+    queue.enqueue(job, _candidates("a", 2))
+    worker = queue.register_worker(name="w", target=TARGET, fingerprint=FINGERPRINT)
+    for _ in range(3):  # releasing never poisons
+        lease = queue.lease(worker, 2)
+        assert lease is not None and len(lease.candidates) == 2
+        assert queue.release(worker, lease.id) == 2
+
+
+def test_a_cancelled_job_hands_out_no_more_work(log: TuningLog) -> None:
+    queue = WorkQueue(log)
+    job = _running_job(queue)
+    queue.enqueue(job, _candidates("a", 4))
+    worker = queue.register_worker(name="w", target=TARGET, fingerprint=FINGERPRINT)
+    lease = queue.lease(worker, 1)
+    assert lease is not None
+    assert queue.cancel(job).status is JobStatus.CANCELLED
+    assert queue.lease(worker, 4) is None
+    assert queue.enqueue(job, _candidates("b", 2)) == []
+    assert queue.claim_jobs("engine-1", ttl_secs=60) == []
+    # the measurement in flight still lands in the log
+    (candidate,) = lease.candidates
+    assert (
+        queue.report(
+            worker, lease.id, [ReportedResult(candidate.candidate_id, _ok(1e-3), True)]
+        ).stored
+        == 1
+    )
+
+
+def test_concurrent_workers_never_lease_the_same_candidate(log: TuningLog) -> None:
+    queue = WorkQueue(log)
+    job = _running_job(queue, trials=40)
+    queue.enqueue(job, _candidates("a", 40))
+    workers = [
+        queue.register_worker(name=f"w{i}", target=TARGET, fingerprint=FINGERPRINT)
+        for i in range(8)
+    ]
+
+    def drain(worker: int) -> list[int]:
+        taken = []
+        while (lease := queue.lease(worker, 1)) is not None:
+            taken.extend(c.candidate_id for c in lease.candidates)
+        return taken
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        taken = [c for batch in pool.map(drain, workers) for c in batch]
+    assert len(taken) == len(set(taken)) == 40
+
+
+def test_worker_targets_metrics_and_unknown_ids(log: TuningLog) -> None:
+    queue = WorkQueue(log)
+    job = _running_job(queue)
+    queue.enqueue(job, _candidates("a", 3))
+    worker = queue.register_worker(name="w", target=TARGET, fingerprint=FINGERPRINT)
+    assert queue.lease(worker, 1) is not None
+    (target,) = queue.worker_targets("llvm")
+    assert target["mcpu"] == "skylake-avx512" and queue.worker_targets("cuda") == []
+    metrics = queue.metrics()
+    assert (metrics.queued, metrics.leased, metrics.active_leases) == (2, 1, 1)
+    assert metrics.workers_alive == 1 and metrics.jobs_by_status["running"] == 1
+    with pytest.raises(UserError, match="no tuning job"):
+        queue.job(999)
+    with pytest.raises(UserError, match="no worker"):
+        queue.lease(999, 1)
+    with pytest.raises(UserError, match="no lease"):
+        queue.report(worker, 999, [])

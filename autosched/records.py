@@ -76,6 +76,15 @@ class RecordView:
     job_id: int | None
     measured_at: datetime | None
 
+    @property
+    def result(self) -> MeasureResult:
+        """The measurement as a search strategy hears it."""
+        if self.error_kind is not None or not self.samples:
+            return MeasureResult(
+                error_kind=self.error_kind or ErrorKind.RUN, error_msg=self.error_msg
+            )
+        return MeasureResult(samples=self.samples)
+
 
 @dataclass(frozen=True)
 class SummaryRow:

@@ -15,7 +15,7 @@ from autosched.costmodel import SearchCostModel, XGBCostModel
 from autosched.errors import Cancelled
 from autosched.log import JobStatus, TuningLog
 from autosched.measure import Measurer
-from autosched.records import CandidateResult, ErrorKind, MeasureResult, RecordView, WorkloadRef
+from autosched.records import CandidateResult, MeasureResult, WorkloadRef
 from autosched.schedule import BASELINE_TRACE, program_hash
 from autosched.search import EvolutionarySearch, Proposal, population_for
 from autosched.target import canonical_target, device_fingerprint, target_key, target_kind
@@ -165,7 +165,7 @@ def tune(
         seed=options.seed,
     )
     history = log.records(workload_id, target_id)
-    known = {record.program_hash: _as_result(record) for record in history}
+    known = {record.program_hash: record.result for record in history}
     best = log.best(workload_id, target_id)
     gate = _Gate(measurer, ref, best.median_secs if best else None, options.seed or 0)
 
@@ -258,12 +258,3 @@ def _unmeasured(proposals: Sequence[Proposal], known: dict[str, MeasureResult]) 
             seen.add(proposal.program_hash)
             fresh.append(proposal)
     return fresh
-
-
-def _as_result(record: RecordView) -> MeasureResult:
-    """A logged measurement as the search hears it."""
-    if record.error_kind is not None or not record.samples:
-        return MeasureResult(
-            error_kind=record.error_kind or ErrorKind.RUN, error_msg=record.error_msg
-        )
-    return MeasureResult(samples=record.samples)

@@ -10,3 +10,7 @@ class UserError(Exception):
 
 class Cancelled(Exception):
     """Work stopped on request (Ctrl-C, SIGTERM) at a safe point; what was committed stays."""
+
+
+class ServiceUnavailable(Exception):
+    """The tuning service could not be reached or failed (a network error, a 5xx): retry later."""

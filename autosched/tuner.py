@@ -9,12 +9,12 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from autosched.costmodel import SearchCostModel, XGBCostModel
 from autosched.errors import Cancelled
 from autosched.log import JobStatus, TuningLog
-from autosched.measure import Measurer
+from autosched.measure import CorrectnessGate, Measurer
 from autosched.records import CandidateResult, MeasureResult, WorkloadRef
 from autosched.schedule import BASELINE_TRACE, program_hash
 from autosched.search import EvolutionarySearch, Proposal, population_for
@@ -91,40 +91,6 @@ def workload_ref(workload: Workload) -> WorkloadRef:
     return WorkloadRef(workload.name, dict(workload.params), workload.key, workload.source)
 
 
-class _Gate:
-    """The correctness gate: a result may become the best only after its output was verified."""
-
-    def __init__(self, measurer: Measurer, workload: WorkloadRef, best: float | None, seed: int):
-        self._measurer = measurer
-        self._workload = workload
-        self.best = best
-        self._seed = seed
-
-    def check(self, traces: Sequence[str], results: list[MeasureResult]) -> list[bool]:
-        """Verify new bests, fastest first, until one passes; failures become `incorrect`.
-
-        ``results`` is updated in place; returns which results were verified.
-        """
-        verified = [False] * len(results)
-        order = sorted(
-            (i for i, r in enumerate(results) if r.ok), key=lambda i: results[i].median or 0.0
-        )
-        for index in order:
-            median = results[index].median
-            if self.best is not None and median is not None and median >= self.best:
-                break
-            self._seed += 1
-            failure = self._measurer.verify(self._workload, traces[index], self._seed)
-            if failure is None:
-                verified[index] = True
-                self.best = median
-                break
-            results[index] = replace(
-                results[index], error_kind=failure.error_kind, error_msg=failure.error_msg
-            )
-        return verified
-
-
 def tune(
     workload: Workload,
     target: dict,
@@ -167,7 +133,7 @@ def tune(
     history = log.records(workload_id, target_id)
     known = {record.program_hash: record.result for record in history}
     best = log.best(workload_id, target_id)
-    gate = _Gate(measurer, ref, best.median_secs if best else None, options.seed or 0)
+    gate = CorrectnessGate(measurer, ref, best.median_secs if best else None, options.seed or 0)
 
     def record(proposals: Sequence[Proposal], results: list[MeasureResult]) -> None:
         verified = gate.check([p.trace_json for p in proposals], results)

@@ -1,0 +1,1 @@
+"""The tuning service's central side: the REST API and the search engine."""

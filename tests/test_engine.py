@@ -1,0 +1,72 @@
+"""The search engine and worker daemons, wired in-process through the work queue."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from autosched.log import JobStatus, TuningLog
+from autosched.log.queue import WorkQueue
+from autosched.measure import MeasureConfig
+from autosched.target import host_target
+from autosched.workloads import get_workload
+from server.engine import Engine
+from workers.daemon import WorkerDaemon
+
+FAST = MeasureConfig(repeat=2, min_repeat_ms=2, run_timeout_secs=10)
+
+
+def _wait_for(condition, timeout: float = 240.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.2)
+
+
+def test_jobs_are_tuned_to_their_budget_by_engine_and_workers(db_url: str) -> None:
+    target = host_target()
+    with TuningLog(db_url) as log:
+        queue = WorkQueue(log)
+        jobs = [
+            queue.submit(
+                get_workload("matmul", {"M": 32, "N": 32, "K": 32}),
+                target,
+                trials=6,
+                batch_size=3,
+                strategy="evolutionary",
+                seed=1,
+            ),
+            queue.submit(
+                get_workload("softmax", {"rows": 8, "cols": 32}),
+                target,
+                trials=4,
+                batch_size=2,
+                strategy="evolutionary",
+                seed=2,
+            ),
+        ]
+        engine = Engine(log, queue, poll_secs=0.1)
+        stop = threading.Event()
+        daemons = [
+            WorkerDaemon(queue, target, batch=2, config=FAST, poll_secs=0.1) for _ in range(2)
+        ]
+        threads = [threading.Thread(target=d.run, args=(stop,)) for d in daemons]
+        engine.start()
+        for thread in threads:
+            thread.start()
+        try:
+            _wait_for(lambda: all(queue.job(job).status.final for job in jobs))
+        finally:
+            stop.set()
+            engine.stop()
+            for thread in threads:
+                thread.join()
+        for job in jobs:
+            progress = queue.job(job)
+            assert progress.status is JobStatus.FINISHED
+            assert progress.trials_done == progress.trials
+            assert progress.best_latency_secs is not None and progress.curve
+            records = log.records(progress.workload.id, progress.target.id)
+            hashes = [r.program_hash for r in records]
+            assert len(hashes) == len(set(hashes)) == progress.trials + 1  # and the baseline
+        assert queue.metrics().queued == 0

@@ -1,0 +1,1 @@
+"""Worker daemons: pull candidates from the tuning service, measure them here, report back."""

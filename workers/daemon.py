@@ -1,0 +1,169 @@
+"""The worker daemon: registers its target and device, then leases, measures and reports.
+
+It pulls work, so it runs behind NAT and on small boards too. Candidates are built and timed with
+the core's isolated measurement; results that would beat the best known latency are verified
+before they are reported. While it measures it heartbeats, so its lease holds; when it loses the
+service it retries with backoff and never crashes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import socket
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from typing import Protocol, TypeVar
+
+from autosched.errors import Cancelled, ServiceUnavailable
+from autosched.log.queue import Lease, LeasedCandidate, ReportedResult, ReportOutcome
+from autosched.measure import CorrectnessGate, LocalMeasurer, MeasureConfig
+from autosched.target import device_fingerprint
+
+logger = logging.getLogger(__name__)
+T = TypeVar("T")
+
+MAX_BACKOFF_SECS = 30.0
+
+
+class WorkSource(Protocol):
+    """Where a worker gets work: the service over HTTP, or the work queue itself in-process."""
+
+    def register_worker(self, *, name: str, target: dict, fingerprint: dict) -> int: ...
+
+    def heartbeat(self, worker_id: int) -> None: ...
+
+    def lease(self, worker_id: int, n: int) -> Lease | None: ...
+
+    def report(
+        self, worker_id: int, lease_id: int, results: Sequence[ReportedResult]
+    ) -> ReportOutcome: ...
+
+    def release(self, worker_id: int, lease_id: int) -> int: ...
+
+
+class WorkerDaemon:
+    """Measures candidates of ``target`` leased from ``source`` until stopped.
+
+    Args:
+        source: where the work comes from.
+        target: the target JSON this machine measures for.
+        batch: candidates per lease.
+        config: the measurement protocol.
+        poll_secs: pause when no work is queued.
+        heartbeat_secs: interval of heartbeats while measuring (well under the lease time).
+    """
+
+    def __init__(
+        self,
+        source: WorkSource,
+        target: dict,
+        *,
+        batch: int = 8,
+        config: MeasureConfig | None = None,
+        name: str | None = None,
+        poll_secs: float = 1.0,
+        heartbeat_secs: float = 10.0,
+    ) -> None:
+        self._source = source
+        self._target = target
+        self._batch = batch
+        self._config = config or MeasureConfig()
+        self.name = name or f"{socket.gethostname()}-{os.getpid()}"
+        self._poll_secs = poll_secs
+        self._heartbeat_secs = heartbeat_secs
+        self.worker_id: int | None = None
+
+    def run(self, stop: threading.Event) -> None:
+        """Serve until ``stop`` is set; the lease in hand is then released, not lost."""
+        fingerprint = device_fingerprint(self._target)
+        worker_id = self._retry(
+            lambda: self._source.register_worker(
+                name=self.name, target=self._target, fingerprint=fingerprint
+            ),
+            stop,
+        )
+        if worker_id is None:
+            return
+        self.worker_id = worker_id
+        logger.info("worker %s registered as %d", self.name, worker_id)
+        measurer = LocalMeasurer(self._target, self._config, cancel=stop)
+        try:
+            while not stop.is_set():
+                lease = self._retry(lambda: self._source.lease(worker_id, self._batch), stop)
+                if lease is None:
+                    stop.wait(self._poll_secs)
+                    continue
+                self._serve(worker_id, lease, measurer, stop)
+        finally:
+            measurer.close()
+
+    def _serve(
+        self, worker_id: int, lease: Lease, measurer: LocalMeasurer, stop: threading.Event
+    ) -> None:
+        try:
+            with self._heartbeats(worker_id):
+                results = measure_lease(measurer, lease.candidates)
+        except Cancelled:
+            self._retry(lambda: self._source.release(worker_id, lease.id), threading.Event(), 3)
+            return
+        outcome = self._retry(
+            lambda: self._source.report(worker_id, lease.id, results), threading.Event(), 10
+        )
+        logger.info("lease %d reported: %s", lease.id, outcome)
+
+    @contextlib.contextmanager
+    def _heartbeats(self, worker_id: int) -> Iterator[None]:
+        done = threading.Event()
+
+        def beat() -> None:
+            while not done.wait(self._heartbeat_secs):
+                with contextlib.suppress(ServiceUnavailable):
+                    self._source.heartbeat(worker_id)
+
+        thread = threading.Thread(target=beat, name="heartbeat", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            done.set()
+            thread.join()
+
+    def _retry(
+        self, call: Callable[[], T], stop: threading.Event, attempts: int | None = None
+    ) -> T | None:
+        """``call()`` until it reaches the service, backing off; None if stopped or out of tries."""
+        backoff = 0.5
+        tried = 0
+        while not stop.is_set() and (attempts is None or tried < attempts):
+            try:
+                return call()
+            except ServiceUnavailable as error:
+                tried += 1
+                logger.warning("service unavailable (%s); retrying in %.1f s", error, backoff)
+                stop.wait(backoff)
+                backoff = min(backoff * 2, MAX_BACKOFF_SECS)
+        return None
+
+
+def measure_lease(
+    measurer: LocalMeasurer, candidates: Sequence[LeasedCandidate]
+) -> list[ReportedResult]:
+    """Build, time and (where they would be the new best) verify a lease's candidates."""
+    by_workload: dict[str, list[LeasedCandidate]] = {}
+    for candidate in candidates:
+        by_workload.setdefault(candidate.workload.key, []).append(candidate)
+    reported = []
+    for group in by_workload.values():
+        workload = group[0].workload
+        traces = [c.trace_json for c in group]
+        results = measurer.measure(workload, traces)
+        best = min((c.best_latency_secs for c in group if c.best_latency_secs), default=None)
+        gate = CorrectnessGate(measurer, workload, best, seed=group[0].candidate_id)
+        verified = gate.check(traces, results)
+        reported.extend(
+            ReportedResult(c.candidate_id, result, ok)
+            for c, result, ok in zip(group, results, verified, strict=True)
+        )
+    return reported

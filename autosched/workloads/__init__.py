@@ -3,7 +3,12 @@
 Adding one is one ``@register_workload`` function in a module imported here.
 """
 
-from autosched.workloads import linalg, nn  # noqa: F401 (importing them registers their workloads)
+from autosched.workloads import (  # noqa: F401 (importing them registers their workloads)
+    attention,
+    linalg,
+    nn,
+    philox,
+)
 from autosched.workloads._registry import (
     Param,
     WorkloadSpec,

@@ -1,0 +1,288 @@
+"""Attention workloads: Luong's general score, Bahdanau's additive score, plain scaled dot-product
+attention, and the same computed in chunks of keys with a running max and sum (Rabe and Staats),
+whose memory does not grow with the square of the sequence length.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from tvm import te, tirx
+from tvm.script import tirx as T
+
+from autosched.errors import UserError
+from autosched.workload import Workload, normalize_func, workload_from_te
+from autosched.workloads._common import accumulation_dtype, dtype_param, to_accumulation
+from autosched.workloads._registry import Param, register_workload
+
+
+def _softmax_context(
+    scores: te.Tensor, values: te.Tensor, dtype: str, name: str = "context", scale: float = 1.0
+) -> te.Tensor:
+    """``softmax(scale * scores) @ values`` for scores (B, T, S) and values (B, S, D).
+
+    The scale (positive) is applied after the max is subtracted, where it costs nothing extra.
+    """
+    B, T_, S = (int(d) for d in scores.shape)
+    D = int(values.shape[2])
+    acc = scores.dtype
+    s1 = te.reduce_axis((0, S), name="s1")
+    row_max = te.compute((B, T_), lambda b, t: te.max(scores[b, t, s1], axis=s1), name="score_max")
+    exp = te.compute(
+        (B, T_, S),
+        lambda b, t, s: te.exp((scores[b, t, s] - row_max[b, t]) * tirx.const(scale, acc)),
+        name="score_exp",
+    )
+    s2 = te.reduce_axis((0, S), name="s2")
+    row_sum = te.compute((B, T_), lambda b, t: te.sum(exp[b, t, s2], axis=s2), name="score_sum")
+    s3 = te.reduce_axis((0, S), name="s3")
+    weighted = te.compute(
+        (B, T_, D),
+        lambda b, t, d: te.sum(exp[b, t, s3] * values[b, s3, d].astype(acc), axis=s3),
+        name="weighted",
+    )
+    return te.compute(
+        (B, T_, D), lambda b, t, d: (weighted[b, t, d] / row_sum[b, t]).astype(dtype), name=name
+    )
+
+
+def _softmax_rows(scores: np.ndarray) -> np.ndarray:
+    shifted = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    return shifted / shifted.sum(axis=-1, keepdims=True)
+
+
+def _softmax_context_flops(B: int, T_: int, S: int, D: int) -> int:
+    # Per score: max, subtraction, exponential, addition (4); per score and feature a multiply and
+    # an add for the context; per output a division.
+    return 4 * B * T_ * S + 2 * B * T_ * S * D + B * T_ * D
+
+
+@register_workload(
+    "attention_luong",
+    "Luong's general attention: softmax(h_t W_a h_s^T) h_s, targets (B, T, D), sources (B, S, D)",
+    Param("B", int, 8, "batch size"),
+    Param("T", int, 32, "target positions (decoder states)"),
+    Param("S", int, 64, "source positions (encoder states)"),
+    Param("D", int, 512, "hidden size"),
+    dtype_param(),
+)
+def attention_luong(B: int, T: int, S: int, D: int, dtype: str) -> Workload:
+    acc = accumulation_dtype(dtype)
+    target = te.placeholder((B, T, D), dtype, name="target")
+    source = te.placeholder((B, S, D), dtype, name="source")
+    w_a = te.placeholder((D, D), dtype, name="W_a")
+    e = te.reduce_axis((0, D), name="e")
+    projected = te.compute(
+        (B, S, D),
+        lambda b, s, d: te.sum(w_a[d, e].astype(acc) * source[b, s, e].astype(acc), axis=e),
+        name="projected",
+    )
+    k = te.reduce_axis((0, D), name="k")
+    scores = te.compute(
+        (B, T, S),
+        lambda b, t, s: te.sum(target[b, t, k].astype(acc) * projected[b, s, k], axis=k),
+        name="score",
+    )
+    context = _softmax_context(scores, source, dtype)
+
+    def reference(inputs: list[np.ndarray]) -> list[np.ndarray]:
+        h_t, h_s, weight = (to_accumulation(array) for array in inputs)
+        score = h_t @ (h_s @ weight.T).transpose(0, 2, 1)
+        return [(_softmax_rows(score) @ h_s).astype(dtype)]
+
+    # W_a h_s and the scores: a multiply and an add each; then the softmax and the context.
+    flops = 2 * B * S * D * D + 2 * B * T * S * D + _softmax_context_flops(B, T, S, D)
+    params: dict[str, object] = {"B": B, "T": T, "S": S, "D": D, "dtype": dtype}
+    return workload_from_te(
+        "attention_luong", params, [target, source, w_a, context], flops=flops, reference=reference
+    )
+
+
+@register_workload(
+    "attention_bahdanau",
+    "Bahdanau's additive attention: softmax(v . tanh(W_q q + W_k h)) h, queries (B, T, D)",
+    Param("B", int, 8, "batch size"),
+    Param("T", int, 32, "query positions (decoder states)"),
+    Param("S", int, 64, "source positions (annotations h)"),
+    Param("D", int, 256, "hidden size of queries and annotations"),
+    Param("A", int, 256, "size of the alignment model's hidden layer"),
+    dtype_param(),
+)
+def attention_bahdanau(B: int, T: int, S: int, D: int, A: int, dtype: str) -> Workload:
+    acc = accumulation_dtype(dtype)
+    query = te.placeholder((B, T, D), dtype, name="query")
+    source = te.placeholder((B, S, D), dtype, name="source")
+    w_q = te.placeholder((A, D), dtype, name="W_q")
+    w_k = te.placeholder((A, D), dtype, name="W_k")
+    v = te.placeholder((A,), dtype, name="v")
+    e1 = te.reduce_axis((0, D), name="e1")
+    query_proj = te.compute(
+        (B, T, A),
+        lambda b, t, a: te.sum(w_q[a, e1].astype(acc) * query[b, t, e1].astype(acc), axis=e1),
+        name="query_proj",
+    )
+    e2 = te.reduce_axis((0, D), name="e2")
+    source_proj = te.compute(
+        (B, S, A),
+        lambda b, s, a: te.sum(w_k[a, e2].astype(acc) * source[b, s, e2].astype(acc), axis=e2),
+        name="source_proj",
+    )
+    r = te.reduce_axis((0, A), name="r")
+    scores = te.compute(
+        (B, T, S),
+        lambda b, t, s: te.sum(
+            v[r].astype(acc) * te.tanh(query_proj[b, t, r] + source_proj[b, s, r]), axis=r
+        ),
+        name="score",
+    )
+    context = _softmax_context(scores, source, dtype)
+
+    def reference(inputs: list[np.ndarray]) -> list[np.ndarray]:
+        q, h, wq, wk, weights = (to_accumulation(array) for array in inputs)
+        hidden = np.tanh((q @ wq.T)[:, :, None, :] + (h @ wk.T)[:, None, :, :])
+        return [(_softmax_rows(hidden @ weights) @ h).astype(dtype)]
+
+    # The two projections (multiply and add); per score and alignment unit an addition, a tanh,
+    # a multiply and an add; then the softmax and the context.
+    flops = (
+        2 * B * T * D * A
+        + 2 * B * S * D * A
+        + 4 * B * T * S * A
+        + _softmax_context_flops(B, T, S, D)
+    )
+    params: dict[str, object] = {"B": B, "T": T, "S": S, "D": D, "A": A, "dtype": dtype}
+    return workload_from_te(
+        "attention_bahdanau",
+        params,
+        [query, source, w_q, w_k, v, context],
+        flops=flops,
+        reference=reference,
+    )
+
+
+def _dot_product_attention_reference(dtype: str):
+    def reference(inputs: list[np.ndarray]) -> list[np.ndarray]:
+        q, k, v = (to_accumulation(array) for array in inputs)
+        scores = q @ k.transpose(0, 2, 1) / np.sqrt(q.shape[-1])
+        return [(_softmax_rows(scores) @ v).astype(dtype)]
+
+    return reference
+
+
+def _dot_product_attention_flops(B: int, L: int, D: int) -> int:
+    # Q K^T (a multiply and an add), the 1/sqrt(D) scaling of each score, then the softmax and
+    # the context. Work that chunking adds (rescaling partial sums) is not counted.
+    return 2 * B * L * L * D + B * L * L + _softmax_context_flops(B, L, L, D)
+
+
+_DOT_PRODUCT_PARAMS = (
+    Param("B", int, 8, "batch size times heads"),
+    Param("L", int, 1024, "sequence length (queries and keys)"),
+    Param("D", int, 64, "head size"),
+)
+
+
+@register_workload(
+    "attention_naive",
+    "scaled dot-product self-attention softmax(Q K^T / sqrt(D)) V with the L x L scores in memory",
+    *_DOT_PRODUCT_PARAMS,
+    dtype_param(),
+)
+def attention_naive(B: int, L: int, D: int, dtype: str) -> Workload:
+    acc = accumulation_dtype(dtype)
+    q = te.placeholder((B, L, D), dtype, name="Q")
+    k = te.placeholder((B, L, D), dtype, name="K")
+    v = te.placeholder((B, L, D), dtype, name="V")
+    d = te.reduce_axis((0, D), name="d")
+    scores = te.compute(
+        (B, L, L),
+        lambda b, i, j: te.sum(q[b, i, d].astype(acc) * k[b, j, d].astype(acc), axis=d),
+        name="score",
+    )
+    out = _softmax_context(scores, v, dtype, name="O", scale=1 / math.sqrt(D))
+    params: dict[str, object] = {"B": B, "L": L, "D": D, "dtype": dtype}
+    return workload_from_te(
+        "attention_naive",
+        params,
+        [q, k, v, out],
+        flops=_dot_product_attention_flops(B, L, D),
+        reference=_dot_product_attention_reference(dtype),
+    )
+
+
+@register_workload(
+    "attention_chunked",
+    "attention_naive computed over chunks of keys with a running max and sum: O(chunk) memory",
+    *_DOT_PRODUCT_PARAMS,
+    Param("chunk", int, 128, "keys per chunk (divides L)"),
+    dtype_param(),
+)
+def attention_chunked(B: int, L: int, D: int, chunk: int, dtype: str) -> Workload:
+    if L % chunk:
+        raise UserError(f"attention_chunked: chunk {chunk} does not divide L={L}")
+    params: dict[str, object] = {"B": B, "L": L, "D": D, "chunk": chunk, "dtype": dtype}
+    return Workload(
+        "attention_chunked",
+        params,
+        normalize_func(_chunked_attention(B, L, D, chunk, dtype)),
+        flops=_dot_product_attention_flops(B, L, D),
+        num_outputs=1,
+        reference=_dot_product_attention_reference(dtype),
+    )
+
+
+def _chunked_attention(B: int, L: int, D: int, C: int, dtype: str):
+    """One block per query: its scratch is one chunk of scores and one row of partial output.
+
+    For each chunk of ``C`` keys: the scores, their max, then the running sum and the partial
+    output rescaled by ``exp(old max - new max)`` before the chunk's terms are added.
+    """
+    acc = accumulation_dtype(dtype)
+    chunks = L // C
+    scale = 1 / math.sqrt(D)
+
+    @T.prim_func(s_tir=True)
+    def main(
+        Q: T.Buffer((B, L, D), dtype),
+        K: T.Buffer((B, L, D), dtype),
+        V: T.Buffer((B, L, D), dtype),
+        Out: T.Buffer((B, L, D), dtype),
+    ):
+        for b, i in T.grid(B, L):
+            with T.sblock("attention"):
+                vb, vi = T.axis.remap("SS", [b, i])
+                T.reads(Q[vb, vi, 0:D], K[vb, 0:L, 0:D], V[vb, 0:L, 0:D])
+                T.writes(Out[vb, vi, 0:D])
+                scores = T.sblock_alloc_buffer((C,), acc)
+                partial = T.sblock_alloc_buffer((D,), acc)
+                running_max = T.sblock_alloc_buffer((1,), acc)
+                chunk_max = T.sblock_alloc_buffer((1,), acc)
+                running_sum = T.sblock_alloc_buffer((1,), acc)
+                running_max[0] = T.min_value(acc)
+                running_sum[0] = T.Cast(acc, 0)
+                for d in range(D):
+                    partial[d] = T.Cast(acc, 0)
+                for c in range(chunks):
+                    chunk_max[0] = running_max[0]
+                    for j in range(C):
+                        scores[j] = T.Cast(acc, 0)
+                        for d in range(D):
+                            scores[j] = scores[j] + T.Cast(acc, Q[vb, vi, d]) * T.Cast(
+                                acc, K[vb, c * C + j, d]
+                            )
+                        scores[j] = scores[j] * T.Cast(acc, scale)
+                        chunk_max[0] = T.max(chunk_max[0], scores[j])
+                    running_sum[0] = running_sum[0] * T.exp(running_max[0] - chunk_max[0])
+                    for d in range(D):
+                        partial[d] = partial[d] * T.exp(running_max[0] - chunk_max[0])
+                    for j in range(C):
+                        scores[j] = T.exp(scores[j] - chunk_max[0])
+                        running_sum[0] = running_sum[0] + scores[j]
+                        for d in range(D):
+                            partial[d] = partial[d] + scores[j] * T.Cast(acc, V[vb, c * C + j, d])
+                    running_max[0] = chunk_max[0]
+                for d in range(D):
+                    Out[vb, vi, d] = T.Cast(dtype, partial[d] / running_sum[0])
+
+    return main

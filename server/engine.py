@@ -12,6 +12,7 @@ import logging
 import threading
 import uuid
 
+from autosched.background import BackgroundLoop
 from autosched.costmodel import SearchCostModel, XGBCostModel
 from autosched.log import JobStatus, TuningLog
 from autosched.log.queue import JobProgress, WorkQueue
@@ -106,7 +107,7 @@ class JobDriver:
             self._search.tell(told, results)
 
 
-class Engine:
+class Engine(BackgroundLoop):
     """Drives all unfinished jobs of a tuning log; run it in a thread with `start`/`stop`.
 
     Args:
@@ -127,12 +128,10 @@ class Engine:
     ) -> None:
         self._log = log
         self._queue = queue
-        self.engine_id = engine_id or f"engine-{uuid.uuid4().hex[:12]}"
+        self.engine_id = self.name = engine_id or f"engine-{uuid.uuid4().hex[:12]}"
         self._claim_secs = claim_secs
         self._poll_secs = poll_secs
         self._drivers: dict[int, JobDriver] = {}
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
 
     def step(self) -> None:
         """One round: renew claims, take up new jobs, advance every job held."""
@@ -158,17 +157,3 @@ class Engine:
         while not stop.is_set():
             self.step()
             stop.wait(self._poll_secs)
-
-    def start(self) -> None:
-        """Run in a background thread."""
-        self._stop.clear()
-        self._thread = threading.Thread(
-            target=self.run, args=(self._stop,), name=self.engine_id, daemon=True
-        )
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None

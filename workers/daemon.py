@@ -16,6 +16,7 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Protocol, TypeVar
 
+from autosched.background import BackgroundLoop
 from autosched.errors import Cancelled, ServiceUnavailable
 from autosched.log.queue import Lease, LeasedCandidate, ReportedResult, ReportOutcome
 from autosched.measure import CorrectnessGate, LocalMeasurer, MeasureConfig
@@ -43,7 +44,7 @@ class WorkSource(Protocol):
     def release(self, worker_id: int, lease_id: int) -> int: ...
 
 
-class WorkerDaemon:
+class WorkerDaemon(BackgroundLoop):
     """Measures candidates of ``target`` leased from ``source`` until stopped.
 
     Args:

@@ -19,7 +19,7 @@ from typing import Protocol, TypeVar
 from autosched.background import BackgroundLoop
 from autosched.errors import Cancelled, ServiceUnavailable
 from autosched.log.queue import Lease, LeasedCandidate, ReportedResult, ReportOutcome
-from autosched.measure import CorrectnessGate, LocalMeasurer, MeasureConfig
+from autosched.measure import CorrectnessGate, LocalMeasurer, MeasureConfig, Measurer
 from autosched.target import device_fingerprint
 
 logger = logging.getLogger(__name__)
@@ -52,6 +52,8 @@ class WorkerDaemon(BackgroundLoop):
         target: the target JSON this machine measures for.
         batch: candidates per lease.
         config: the measurement protocol.
+        measurer: measures the candidates; by default isolated processes on this machine
+            (`LocalMeasurer` with ``config``), cancelled when the daemon is stopped.
         poll_secs: pause when no work is queued.
         heartbeat_secs: interval of heartbeats while measuring (well under the lease time).
     """
@@ -63,6 +65,7 @@ class WorkerDaemon(BackgroundLoop):
         *,
         batch: int = 8,
         config: MeasureConfig | None = None,
+        measurer: Measurer | None = None,
         name: str | None = None,
         poll_secs: float = 1.0,
         heartbeat_secs: float = 10.0,
@@ -71,6 +74,7 @@ class WorkerDaemon(BackgroundLoop):
         self._target = target
         self._batch = batch
         self._config = config or MeasureConfig()
+        self._measurer = measurer
         self.name = name or f"{socket.gethostname()}-{os.getpid()}"
         self._poll_secs = poll_secs
         self._heartbeat_secs = heartbeat_secs
@@ -89,20 +93,19 @@ class WorkerDaemon(BackgroundLoop):
             return
         self.worker_id = worker_id
         logger.info("worker %s registered as %d", self.name, worker_id)
-        measurer = LocalMeasurer(self._target, self._config, cancel=stop)
+        measurer = self._measurer or LocalMeasurer(self._target, self._config, cancel=stop)
         try:
             while not stop.is_set():
                 lease = self._retry(lambda: self._source.lease(worker_id, self._batch), stop)
                 if lease is None:
                     stop.wait(self._poll_secs)
                     continue
-                self._serve(worker_id, lease, measurer, stop)
+                self._serve(worker_id, lease, measurer)
         finally:
-            measurer.close()
+            if self._measurer is None:
+                measurer.close()
 
-    def _serve(
-        self, worker_id: int, lease: Lease, measurer: LocalMeasurer, stop: threading.Event
-    ) -> None:
+    def _serve(self, worker_id: int, lease: Lease, measurer: Measurer) -> None:
         try:
             with self._heartbeats(worker_id):
                 results = measure_lease(measurer, lease.candidates)
@@ -149,7 +152,7 @@ class WorkerDaemon(BackgroundLoop):
 
 
 def measure_lease(
-    measurer: LocalMeasurer, candidates: Sequence[LeasedCandidate]
+    measurer: Measurer, candidates: Sequence[LeasedCandidate]
 ) -> list[ReportedResult]:
     """Build, time and (where they would be the new best) verify a lease's candidates."""
     by_workload: dict[str, list[LeasedCandidate]] = {}

@@ -60,8 +60,13 @@ def best_schedule(log: TuningLog, workload: Workload, target: dict) -> BestSched
             f"the tuning log has no tuned schedule of {workload.name} for this target; "
             "run `autosched tune` first"
         )
+    return replay(workload, target, best)
+
+
+def replay(workload: Workload, target: dict, record: RecordView) -> BestSchedule:
+    """The schedule of ``record`` (a record of ``workload`` on ``target``), replayed."""
     use_tensor_intrinsics(target_kind(target))
-    return BestSchedule(workload, target, best, apply_trace(workload.mod, best.trace_json))
+    return BestSchedule(workload, target, record, apply_trace(workload.mod, record.trace_json))
 
 
 def export(best: BestSchedule, fmt: ExportFormat, output: Path) -> list[Path]:

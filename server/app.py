@@ -1,0 +1,100 @@
+"""The FastAPI application of the tuning service: routes under /api/v1, errors as one line.
+
+The app opens the tuning log when it starts and closes it when it stops; background services (the
+search engine, a local worker) start and stop with it. `autosched serve` runs it with uvicorn.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+from typing import Protocol
+
+from fastapi import FastAPI, Request, status
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+
+from autosched import __version__
+from autosched.errors import UserError
+from autosched.log import TuningLog
+from autosched.log.queue import WorkQueue
+from autosched.log.tokens import TokenStore
+from server.deps import Stores
+from server.routes import health, jobs, records, workers, workloads
+from server.schemas import problem_line
+from server.settings import Settings
+
+API_PREFIX = "/api/v1"
+
+
+class BackgroundService(Protocol):
+    """Work that runs beside the API (threads or processes), started and stopped with the app."""
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+
+# Made once the log is open, so that a service shares the app's log and work queue.
+ServiceFactory = Callable[[TuningLog, WorkQueue], BackgroundService]
+
+
+def create_app(settings: Settings, *, background: Sequence[ServiceFactory] = ()) -> FastAPI:
+    """The API app for ``settings``; ``background`` services run while it does.
+
+    At startup the app opens (and migrates) the tuning log, accepts the tokens set in the
+    environment, then starts the background services in order; at shutdown it stops them in reverse
+    order and closes the log.
+    """
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        log = TuningLog(settings.db_url)
+        started: list[BackgroundService] = []
+        try:
+            tokens = TokenStore(log)
+            for role, token in settings.env_tokens.items():
+                tokens.add(role, f"AUTOSCHED_{role.name}_TOKEN", token)
+            queue = WorkQueue(
+                log,
+                lease_secs=settings.lease_secs,
+                worker_timeout_secs=settings.worker_timeout_secs,
+            )
+            app.state.stores = Stores(settings, log, queue, tokens)
+            for make in background:
+                service = make(log, queue)
+                service.start()
+                started.append(service)
+            yield
+        finally:
+            for service in reversed(started):
+                service.stop()
+            log.close()
+
+    app = FastAPI(
+        title="autosched",
+        summary="Auto-scheduling and autotuning of TVM tensor programs, as a service.",
+        version=__version__,
+        lifespan=lifespan,
+        max_body_size=settings.max_body_bytes,
+    )
+    app.include_router(health.router)
+    for group in (jobs, workloads, records, workers):
+        app.include_router(group.router, prefix=API_PREFIX)
+    app.add_exception_handler(UserError, _user_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    return app
+
+
+async def _user_error(_request: Request, error: Exception) -> JSONResponse:
+    return JSONResponse(
+        {"detail": " ".join(str(error).split())}, status_code=status.HTTP_422_UNPROCESSABLE_CONTENT
+    )
+
+
+async def _validation_error(_request: Request, error: Exception) -> JSONResponse:
+    assert isinstance(error, RequestValidationError)
+    return JSONResponse(
+        {"detail": problem_line(error.errors(), skip=1)},
+        status_code=status.HTTP_422_UNPROCESSABLE_CONTENT,
+    )

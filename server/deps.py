@@ -1,0 +1,101 @@
+"""FastAPI dependencies: the stores the app holds, typed aliases for them, and bearer-token auth.
+
+Routers take auth as a router-wide dependency (``dependencies=[ClientAuth]``), so no route of a
+group can forget it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Annotated
+
+from fastapi import Depends, HTTPException, Path, Query, Request, status
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from autosched.log import TuningLog
+from autosched.log.queue import WorkQueue
+from autosched.log.tokens import Role, TokenStore
+from server.schemas import MAX_ID
+from server.settings import Settings
+
+
+@dataclass(frozen=True)
+class Stores:
+    """What the app opens at startup and every request uses."""
+
+    settings: Settings
+    log: TuningLog
+    queue: WorkQueue
+    tokens: TokenStore
+
+
+def get_stores(request: Request) -> Stores:
+    return request.app.state.stores
+
+
+def get_settings(request: Request) -> Settings:
+    return get_stores(request).settings
+
+
+def get_log(request: Request) -> TuningLog:
+    return get_stores(request).log
+
+
+def get_queue(request: Request) -> WorkQueue:
+    return get_stores(request).queue
+
+
+SettingsDep = Annotated[Settings, Depends(get_settings)]
+LogDep = Annotated[TuningLog, Depends(get_log)]
+QueueDep = Annotated[WorkQueue, Depends(get_queue)]
+# Ids in paths are 32-bit in the database; a larger number is bad input, not a server error.
+PathId = Annotated[int, Path(ge=1, le=MAX_ID)]
+TargetQuery = Annotated[
+    str,
+    Query(
+        min_length=1,
+        max_length=4096,
+        description="A target key, target JSON, or a kind (llvm, cuda) the workload was tuned for.",
+    ),
+]
+
+_bearer = HTTPBearer(
+    auto_error=False,
+    description="A token from `autosched token create --role client|worker`.",
+)
+
+
+def _require(role: Role) -> Callable[..., None]:
+    """A dependency that lets a request through only with a valid token of ``role``."""
+
+    def authorize(
+        request: Request,
+        credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+    ) -> None:
+        stores = get_stores(request)
+        if stores.settings.no_auth:
+            return
+        if credentials is None:
+            raise _unauthorized("a bearer token is required (Authorization: Bearer TOKEN)")
+        found = stores.tokens.authenticate(credentials.credentials)
+        if found is None:
+            raise _unauthorized("the bearer token is unknown or revoked")
+        if found is not role:
+            raise HTTPException(
+                status.HTTP_403_FORBIDDEN,
+                f"a {found.value} token cannot use this route; it needs a {role.value} token",
+            )
+
+    authorize.__name__ = f"require_{role.value}_token"
+    return authorize
+
+
+def _unauthorized(message: str) -> HTTPException:
+    return HTTPException(
+        status.HTTP_401_UNAUTHORIZED, message, headers={"WWW-Authenticate": "Bearer"}
+    )
+
+
+ClientAuth = Depends(_require(Role.CLIENT))
+WorkerAuth = Depends(_require(Role.WORKER))

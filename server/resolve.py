@@ -1,0 +1,149 @@
+"""What API requests name, made concrete: workloads to build, targets to tune for or look up, and
+the best schedule of a workload on a target.
+
+Bad input raises UserError (a 422); what the log lacks raises 404, and an ambiguous name 409.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from fastapi import HTTPException, status
+
+from autosched.export import replay
+from autosched.log import TargetInfo, TuningLog, WorkloadInfo
+from autosched.log.queue import WorkQueue
+from autosched.target import parse_target, target_key, to_tvm_target
+from autosched.workload import Workload, resolve_workload, workload_from_tvmscript
+from autosched.workloads import get_workload
+from server.schemas import (
+    BestPublic,
+    RecordPublic,
+    TargetPublic,
+    WorkloadIn,
+    WorkloadPublic,
+)
+
+_TARGET_KEY = re.compile(r"[0-9a-f]{32}")
+
+
+def build_workload(spec: WorkloadIn) -> Workload:
+    """The workload a job submission describes.
+
+    Raises:
+        UserError: an unknown workload or parameter, a bad value, or TVMScript that does not parse.
+    """
+    if spec.tvmscript is not None:
+        return workload_from_tvmscript(spec.tvmscript, name=spec.name or "custom")
+    assert spec.name is not None  # WorkloadIn checks that one of them is given
+    return get_workload(spec.name, spec.params)
+
+
+def job_target(queue: WorkQueue, target: str | dict[str, Any]) -> dict[str, Any]:
+    """The exact target a job is tuned for: a full target as given, or that of a kind's workers.
+
+    Raises:
+        UserError: an unknown kind, or a target TVM refuses.
+        HTTPException: 409 when no live worker of the kind runs, or its workers run several
+            different targets.
+    """
+    if isinstance(target, dict):
+        return parse_target(json.dumps(target))
+    if target.lstrip().startswith("{"):
+        return parse_target(target)
+    kind = _kind(target)
+    live = queue.worker_targets(kind)
+    if not live:
+        raise HTTPException(
+            status.HTTP_409_CONFLICT,
+            f"no live {kind} worker to take the exact target from; start one, "
+            "or give the full target JSON",
+        )
+    if len(live) > 1:
+        names = ", ".join(_describe(t) for t in live)
+        raise HTTPException(
+            status.HTTP_409_CONFLICT,
+            f"live {kind} workers run {len(live)} different targets ({names}); "
+            "give the full target JSON of one",
+        )
+    return live[0]
+
+
+def stored_workload(log: TuningLog, key: str) -> WorkloadInfo:
+    """The workload stored under ``key``; 404 if there is none."""
+    workload = log.find_workload(key)
+    if workload is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no workload {key} in the tuning log")
+    return workload
+
+
+def tuned_target(log: TuningLog, queue: WorkQueue, workload: WorkloadInfo, text: str) -> TargetInfo:
+    """The stored target that ``text`` names for ``workload``: a target key, target JSON, or a kind.
+
+    A kind names the target of that kind the workload was tuned for; if there are several, the
+    one the live workers of that kind run.
+
+    Raises:
+        UserError: malformed target JSON, or an unknown kind.
+        HTTPException: 404 when no such target is stored, 409 when a kind names several.
+    """
+    text = text.strip()
+    if text.startswith("{"):
+        key = target_key(parse_target(text))
+    elif _TARGET_KEY.fullmatch(text):
+        key = text
+    else:
+        kind = _kind(text)
+        tuned = [
+            row.target_key
+            for row in log.summary()
+            if row.workload_key == workload.key and row.target_json.get("kind") == kind
+        ]
+        if len(tuned) > 1:
+            live = {target_key(t) for t in queue.worker_targets(kind)}
+            tuned = [k for k in tuned if k in live] or tuned
+        if not tuned:
+            raise HTTPException(
+                status.HTTP_404_NOT_FOUND, f"{workload.name} was not tuned for any {kind} target"
+            )
+        if len(tuned) > 1:
+            raise HTTPException(
+                status.HTTP_409_CONFLICT,
+                f"{workload.name} was tuned for {len(tuned)} {kind} targets; "
+                f"name one by its key: {', '.join(tuned)}",
+            )
+        key = tuned[0]
+    target = log.find_target(key)
+    if target is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no target {key} in the tuning log")
+    return target
+
+
+def best_schedule(log: TuningLog, workload: WorkloadInfo, target: TargetInfo) -> BestPublic:
+    """The best verified schedule of ``workload`` on ``target``, replayed; 404 if none yet."""
+    record = log.best(workload.id, target.id)
+    if record is None:
+        raise HTTPException(
+            status.HTTP_404_NOT_FOUND,
+            f"no verified schedule of {workload.name} for target {target.key} yet",
+        )
+    best = replay(resolve_workload(workload.ref), target.target_json, record)
+    return BestPublic(
+        workload=WorkloadPublic.of(workload),
+        target=TargetPublic.of(target),
+        record=RecordPublic.of(record),
+        tvmscript=best.schedule.mod["main"].script(),
+    )
+
+
+def _kind(word: str) -> str:
+    """A target kind TVM knows, e.g. ``llvm`` or ``cuda``; UserError otherwise."""
+    kind = word.strip().lower()
+    to_tvm_target({"kind": kind})
+    return kind
+
+
+def _describe(target: dict[str, Any]) -> str:
+    return str(target.get("mcpu") or target.get("arch") or target_key(target))

@@ -1,0 +1,37 @@
+"""Measured candidates of a workload on a target, page by page."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query
+
+from server.deps import ClientAuth, LogDep, QueueDep, TargetQuery
+from server.resolve import stored_workload, tuned_target
+from server.schemas import MAX_ID, MAX_PAGE, RecordPublic, RecordsPublic
+
+router = APIRouter(prefix="/records", tags=["records"], dependencies=[ClientAuth])
+
+
+@router.get("")
+def list_records(
+    workload: Annotated[str, Query(min_length=1, max_length=64, description="A workload key.")],
+    target: TargetQuery,
+    log: LogDep,
+    queue: QueueDep,
+    limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 100,
+    offset: Annotated[int, Query(ge=0, le=MAX_ID)] = 0,
+) -> RecordsPublic:
+    """Every measurement of the workload on the target, in the order they were stored."""
+    found_workload = stored_workload(log, workload)
+    found_target = tuned_target(log, queue, found_workload, target)
+    records = log.records(found_workload.id, found_target.id, limit=offset + limit)[offset:]
+    count = next(
+        (
+            row.trials
+            for row in log.summary()
+            if row.workload_key == found_workload.key and row.target_key == found_target.key
+        ),
+        0,
+    )
+    return RecordsPublic(data=[RecordPublic.of(view) for view in records], count=count)

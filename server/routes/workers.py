@@ -1,0 +1,82 @@
+"""The worker protocol: register, heartbeat, lease candidates, report their results, release.
+
+Only worker tokens may call these routes. An unknown worker or lease is a 404: a worker that gets
+one after a server restart or a lost lease registers again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from fastapi import APIRouter, HTTPException, Response, status
+
+from autosched.errors import UserError
+from server.deps import PathId, QueueDep, SettingsDep, WorkerAuth
+from server.schemas import (
+    LeasePublic,
+    LeaseRequest,
+    ReleasePublic,
+    ReportOutcomePublic,
+    ReportRequest,
+    WorkerPublic,
+    WorkerRegister,
+)
+
+router = APIRouter(prefix="/workers", tags=["workers"], dependencies=[WorkerAuth])
+
+
+@router.post("", status_code=status.HTTP_201_CREATED)
+def register_worker(worker: WorkerRegister, queue: QueueDep, settings: SettingsDep) -> WorkerPublic:
+    """Register a worker daemon with the exact target it measures and its device fingerprint."""
+    worker_id = queue.register_worker(
+        name=worker.name, target=worker.target, fingerprint=worker.fingerprint
+    )
+    return WorkerPublic(id=worker_id, lease_secs=settings.lease_secs)
+
+
+@router.post("/{worker_id}/heartbeat", status_code=status.HTTP_204_NO_CONTENT)
+def heartbeat(worker_id: PathId, queue: QueueDep) -> None:
+    """Note the worker alive and extend its leases."""
+    with _not_found():
+        queue.heartbeat(worker_id)
+
+
+@router.post(
+    "/{worker_id}/leases",
+    response_model=LeasePublic,
+    responses={status.HTTP_204_NO_CONTENT: {"description": "Nothing is queued for the target."}},
+)
+def lease(worker_id: PathId, request: LeaseRequest, queue: QueueDep) -> LeasePublic | Response:
+    """Lease up to ``n`` queued candidates of the worker's target."""
+    with _not_found():
+        leased = queue.lease(worker_id, request.n)
+    if leased is None:
+        return Response(status_code=status.HTTP_204_NO_CONTENT)
+    return LeasePublic.of(leased)
+
+
+@router.post("/{worker_id}/leases/{lease_id}/report")
+def report(
+    worker_id: PathId, lease_id: PathId, request: ReportRequest, queue: QueueDep
+) -> ReportOutcomePublic:
+    """Store the results of a lease's candidates; reporting the same results again is harmless."""
+    results = [result.to_reported() for result in request.results]
+    with _not_found():
+        return ReportOutcomePublic.of(queue.report(worker_id, lease_id, results))
+
+
+@router.post("/{worker_id}/leases/{lease_id}/release")
+def release(worker_id: PathId, lease_id: PathId, queue: QueueDep) -> ReleasePublic:
+    """Give the lease's unmeasured candidates back to the queue."""
+    with _not_found():
+        return ReleasePublic(released=queue.release(worker_id, lease_id))
+
+
+@contextmanager
+def _not_found() -> Iterator[None]:
+    """The queue's UserErrors for these routes name a worker or lease it does not know."""
+    try:
+        yield
+    except UserError as error:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, str(error)) from None

@@ -1,0 +1,31 @@
+"""Workloads in the tuning log: what was tuned for which targets, and the best schedules."""
+
+from __future__ import annotations
+
+from itertools import groupby
+
+from fastapi import APIRouter
+
+from server.deps import ClientAuth, LogDep, QueueDep, TargetQuery
+from server.resolve import best_schedule, stored_workload, tuned_target
+from server.schemas import BestPublic, WorkloadsPublic, WorkloadSummaryPublic
+
+router = APIRouter(prefix="/workloads", tags=["workloads"], dependencies=[ClientAuth])
+
+
+@router.get("")
+def list_workloads(log: LogDep) -> WorkloadsPublic:
+    """Every workload with measured candidates, with its best latency on each target."""
+    rows = log.summary()  # ordered by workload key
+    data = [
+        WorkloadSummaryPublic.of_rows(list(group))
+        for _key, group in groupby(rows, key=lambda row: row.workload_key)
+    ]
+    return WorkloadsPublic(data=data, count=len(data))
+
+
+@router.get("/{key}/best")
+def get_workload_best(key: str, target: TargetQuery, log: LogDep, queue: QueueDep) -> BestPublic:
+    """The best verified schedule of a workload on a target, as TVMScript and trace."""
+    workload = stored_workload(log, key)
+    return best_schedule(log, workload, tuned_target(log, queue, workload, target))

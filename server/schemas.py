@@ -1,0 +1,445 @@
+"""The REST API's request and response bodies (pydantic), and their conversions to store records.
+
+Shared by the server and the HTTP client (``autosched.client``), so both sides speak one format.
+Nothing here imports FastAPI or TVM.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictInt,
+    StrictStr,
+    model_validator,
+)
+
+from autosched.log import JobStatus, TargetInfo, WorkloadInfo
+from autosched.log.queue import JobProgress, Lease, LeasedCandidate, ReportedResult, ReportOutcome
+from autosched.records import ErrorKind, MeasureResult, RecordView, SummaryRow, WorkloadRef
+
+MAX_ID = 2**31 - 1  # ids and seeds are 32-bit integers in the database
+MAX_TRIALS = 100_000
+MAX_BATCH = 4096
+MAX_LEASE = 1024
+MAX_PAGE = 1000
+Id = Annotated[int, Field(ge=1, le=MAX_ID)]
+Seconds = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+Strategy = Literal["evolutionary"]
+
+
+def problem_line(problems: Sequence[Mapping[str, Any]], *, skip: int = 0) -> str:
+    """The first of pydantic's validation ``problems`` as one line: where, and what is wrong.
+
+    ``skip`` leaves out the first parts of each location (FastAPI's ``body`` or ``query``).
+    """
+    first = problems[0]
+    if first["type"] == "json_invalid":
+        line = f"the request body is not valid JSON: {first.get('ctx', {}).get('error', '')}"
+    else:
+        where = ".".join(str(part) for part in first["loc"][skip:]) or "the request body"
+        line = f"{where}: {str(first['msg']).removeprefix('Value error, ')}"
+    return line if len(problems) == 1 else f"{line} (and {len(problems) - 1} more)"
+
+
+class _Request(BaseModel):
+    """Request bodies refuse fields they do not know, so a typo is an error, not a default."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+# Jobs.
+
+
+class WorkloadIn(_Request):
+    """A built-in workload (``name`` and ``params``) or a user's PrimFunc (``tvmscript``)."""
+
+    name: str | None = Field(None, min_length=1, max_length=128)
+    params: dict[str, StrictInt | StrictStr] = Field(default_factory=dict, max_length=32)
+    tvmscript: str | None = Field(None, min_length=1)
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> WorkloadIn:
+        if self.tvmscript is None and self.name is None:
+            raise ValueError("give the name of a built-in workload, or tvmscript")
+        if self.tvmscript is not None and self.params:
+            raise ValueError("params set a built-in workload; a tvmscript workload takes none")
+        return self
+
+
+class JobCreate(_Request):
+    """A tuning job to queue.
+
+    ``target`` is a kind (``"llvm"``, ``"cuda"``), meaning the exact target the live workers of
+    that kind run, or a full target JSON object.
+    """
+
+    workload: WorkloadIn
+    target: Annotated[str, Field(min_length=1, max_length=64)] | dict[str, Any] = "llvm"
+    trials: int = Field(64, ge=1, le=MAX_TRIALS)
+    batch_size: int = Field(64, ge=1, le=MAX_BATCH)
+    strategy: Strategy = "evolutionary"
+    seed: int | None = Field(None, ge=0, le=MAX_ID)
+
+
+class WorkloadPublic(BaseModel):
+    key: str
+    name: str
+    params: dict[str, Any]
+    flops: float | None
+
+    @classmethod
+    def of(cls, info: WorkloadInfo) -> WorkloadPublic:
+        return cls(key=info.key, name=info.name, params=info.params, flops=info.flops)
+
+
+class TargetPublic(BaseModel):
+    key: str
+    kind: str
+    target_json: dict[str, Any]
+
+    @classmethod
+    def of(cls, info: TargetInfo) -> TargetPublic:
+        return cls(key=info.key, kind=info.kind, target_json=info.target_json)
+
+
+class CurvePoint(BaseModel):
+    """The best verified latency once ``trials`` candidates of the job were measured."""
+
+    trials: int
+    best_latency_secs: float
+
+
+class JobPublic(BaseModel):
+    """A job and its progress; ``best_latency_secs`` is the best of its workload on its target."""
+
+    id: int
+    workload: WorkloadPublic
+    target: TargetPublic
+    trials: int
+    batch_size: int
+    strategy: str
+    seed: int | None
+    status: JobStatus
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    trials_done: int
+    failed: int
+    best_latency_secs: float | None
+    curve: list[CurvePoint]
+
+    @classmethod
+    def of(cls, job: JobProgress) -> JobPublic:
+        return cls(
+            id=job.id,
+            workload=WorkloadPublic.of(job.workload),
+            target=TargetPublic.of(job.target),
+            trials=job.trials,
+            batch_size=job.batch_size,
+            strategy=job.strategy,
+            seed=job.seed,
+            status=job.status,
+            created_at=job.created_at,
+            started_at=job.started_at,
+            finished_at=job.finished_at,
+            trials_done=job.trials_done,
+            failed=job.failed,
+            best_latency_secs=job.best_latency_secs,
+            curve=[CurvePoint(trials=n, best_latency_secs=secs) for n, secs in job.curve],
+        )
+
+
+class JobsPublic(BaseModel):
+    """A page of jobs, newest first; ``count`` is the number of jobs in all."""
+
+    data: list[JobPublic]
+    count: int
+
+
+# Workloads and records.
+
+
+class RecordPublic(BaseModel):
+    """A measured candidate: its trace, and its timing (seconds) or its error."""
+
+    candidate_id: int
+    job_id: int | None
+    program_hash: str
+    trace_json: str
+    median_secs: float | None
+    samples: list[float]
+    error_kind: ErrorKind | None
+    error_msg: str | None
+    verified: bool
+    measured_at: datetime | None
+
+    @classmethod
+    def of(cls, view: RecordView) -> RecordPublic:
+        return cls(
+            candidate_id=view.candidate_id,
+            job_id=view.job_id,
+            program_hash=view.program_hash,
+            trace_json=view.trace_json,
+            median_secs=view.median_secs,
+            samples=list(view.samples),
+            error_kind=view.error_kind,
+            error_msg=view.error_msg,
+            verified=view.verified,
+            measured_at=view.measured_at,
+        )
+
+    def to_view(self) -> RecordView:
+        return RecordView(
+            candidate_id=self.candidate_id,
+            trace_json=self.trace_json,
+            program_hash=self.program_hash,
+            median_secs=self.median_secs,
+            samples=tuple(self.samples),
+            error_kind=self.error_kind,
+            error_msg=self.error_msg,
+            verified=self.verified,
+            job_id=self.job_id,
+            measured_at=self.measured_at,
+        )
+
+
+class RecordsPublic(BaseModel):
+    """A page of records in the order they were stored; ``count`` is the number in all."""
+
+    data: list[RecordPublic]
+    count: int
+
+
+class BestPublic(BaseModel):
+    """The best verified schedule of a workload on a target, with its scheduled TVMScript."""
+
+    workload: WorkloadPublic
+    target: TargetPublic
+    record: RecordPublic
+    tvmscript: str
+
+
+class TunedTargetPublic(BaseModel):
+    """How far a workload is tuned on one target."""
+
+    target_key: str
+    target_json: dict[str, Any]
+    best_latency_secs: float | None
+    trials: int
+    failed: int
+
+
+class WorkloadSummaryPublic(WorkloadPublic):
+    """A workload with candidates in the log, and the targets it was tuned for."""
+
+    targets: list[TunedTargetPublic]
+
+    @classmethod
+    def of_rows(cls, rows: list[SummaryRow]) -> WorkloadSummaryPublic:
+        """The summary of one workload from its rows of ``TuningLog.summary()``."""
+        first = rows[0]
+        return cls(
+            key=first.workload_key,
+            name=first.workload_name,
+            params=dict(first.workload_params),
+            flops=first.flops,
+            targets=[
+                TunedTargetPublic(
+                    target_key=row.target_key,
+                    target_json=dict(row.target_json),
+                    best_latency_secs=row.best_latency_secs,
+                    trials=row.trials,
+                    failed=row.failed,
+                )
+                for row in rows
+            ],
+        )
+
+
+class WorkloadsPublic(BaseModel):
+    data: list[WorkloadSummaryPublic]
+    count: int
+
+
+# The worker protocol.
+
+
+class WorkerRegister(_Request):
+    """A worker daemon announcing itself: the exact target it measures and its device."""
+
+    name: str = Field(min_length=1, max_length=255)
+    target: dict[str, Any]
+    fingerprint: dict[str, Any] = Field(max_length=64)
+
+
+class WorkerPublic(BaseModel):
+    """A registered worker; it must heartbeat more often than every ``lease_secs``."""
+
+    id: int
+    lease_secs: float
+
+
+class LeaseRequest(_Request):
+    n: int = Field(1, ge=1, le=MAX_LEASE, description="Candidates wanted at most.")
+
+
+class WorkloadRefPublic(BaseModel):
+    name: str
+    params: dict[str, Any]
+    key: str
+    source: str | None
+
+    @classmethod
+    def of(cls, ref: WorkloadRef) -> WorkloadRefPublic:
+        return cls(name=ref.name, params=dict(ref.params), key=ref.key, source=ref.source)
+
+    def to_ref(self) -> WorkloadRef:
+        return WorkloadRef(self.name, dict(self.params), self.key, self.source)
+
+
+class LeasedCandidatePublic(BaseModel):
+    """A candidate to measure; results faster than ``best_latency_secs`` must be verified."""
+
+    candidate_id: int
+    job_id: int
+    workload: WorkloadRefPublic
+    target: dict[str, Any]
+    trace_json: str
+    best_latency_secs: float | None
+
+
+class LeasePublic(BaseModel):
+    """Candidates held by a worker until ``expires_at``; heartbeats extend it."""
+
+    id: int
+    worker_id: int
+    expires_at: datetime
+    candidates: list[LeasedCandidatePublic]
+
+    @classmethod
+    def of(cls, lease: Lease) -> LeasePublic:
+        return cls(
+            id=lease.id,
+            worker_id=lease.worker_id,
+            expires_at=lease.expires_at,
+            candidates=[
+                LeasedCandidatePublic(
+                    candidate_id=c.candidate_id,
+                    job_id=c.job_id,
+                    workload=WorkloadRefPublic.of(c.workload),
+                    target=c.target,
+                    trace_json=c.trace_json,
+                    best_latency_secs=c.best_latency_secs,
+                )
+                for c in lease.candidates
+            ],
+        )
+
+    def to_lease(self) -> Lease:
+        return Lease(
+            id=self.id,
+            worker_id=self.worker_id,
+            expires_at=self.expires_at,
+            candidates=[
+                LeasedCandidate(
+                    candidate_id=c.candidate_id,
+                    job_id=c.job_id,
+                    workload=c.workload.to_ref(),
+                    target=c.target,
+                    trace_json=c.trace_json,
+                    best_latency_secs=c.best_latency_secs,
+                )
+                for c in self.candidates
+            ],
+        )
+
+
+class ResultIn(_Request):
+    """The measurement of one leased candidate: its timed repeats, or why there are none."""
+
+    candidate_id: Id
+    samples: list[Seconds] = Field(default_factory=list, max_length=1000)
+    error_kind: ErrorKind | None = None
+    error_msg: str | None = Field(None, max_length=65536)
+    verified: bool = False
+    build_secs: Seconds | None = None
+    started_at: AwareDatetime | None = None
+    finished_at: AwareDatetime | None = None
+
+    @model_validator(mode="after")
+    def _timed_or_failed(self) -> ResultIn:
+        if self.error_kind is None and not self.samples:
+            raise ValueError("a result needs samples or an error_kind")
+        if self.error_kind is not None and self.verified:
+            raise ValueError("a result with an error_kind cannot be verified")
+        return self
+
+    @classmethod
+    def of(cls, reported: ReportedResult) -> ResultIn:
+        result = reported.result
+        return cls(
+            candidate_id=reported.candidate_id,
+            samples=list(result.samples),
+            error_kind=result.error_kind,
+            error_msg=result.error_msg,
+            verified=reported.verified,
+            build_secs=result.build_secs,
+            started_at=result.started_at,
+            finished_at=result.finished_at,
+        )
+
+    def to_reported(self) -> ReportedResult:
+        result = MeasureResult(
+            samples=tuple(self.samples),
+            error_kind=self.error_kind,
+            error_msg=self.error_msg,
+            build_secs=self.build_secs,
+            started_at=self.started_at,
+            finished_at=self.finished_at,
+        )
+        return ReportedResult(self.candidate_id, result, self.verified)
+
+
+class ReportRequest(_Request):
+    results: list[ResultIn] = Field(max_length=MAX_LEASE)
+
+
+class ReportOutcomePublic(BaseModel):
+    """What became of a report: stored, ignored (measured already), requeued or poisoned."""
+
+    stored: int
+    ignored: int
+    requeued: int
+    poisoned: int
+
+    @classmethod
+    def of(cls, outcome: ReportOutcome) -> ReportOutcomePublic:
+        return cls(
+            stored=outcome.stored,
+            ignored=outcome.ignored,
+            requeued=outcome.requeued,
+            poisoned=outcome.poisoned,
+        )
+
+    def to_outcome(self) -> ReportOutcome:
+        return ReportOutcome(self.stored, self.ignored, self.requeued, self.poisoned)
+
+
+class ReleasePublic(BaseModel):
+    """How many candidates of a released lease went back to the queue."""
+
+    released: int
+
+
+# Health.
+
+
+class HealthPublic(BaseModel):
+    status: Literal["ok"] = "ok"

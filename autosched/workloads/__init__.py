@@ -5,9 +5,12 @@ Adding one is one ``@register_workload`` function in a module imported here.
 
 from autosched.workloads import (  # noqa: F401 (importing them registers their workloads)
     attention,
+    image,
     linalg,
     nn,
     philox,
+    quantized,
+    ragged,
 )
 from autosched.workloads._registry import (
     Param,

@@ -398,32 +398,41 @@ class WorkQueue:
         """Store the measurements of a lease's candidates (idempotent; see the module contract).
 
         A ``crash`` result is a strike: the candidate goes back to the queue, or is poisoned at
-        its second strike.
+        its second strike. The lease's candidates without a result go back to the queue.
         """
-        stored = ignored = requeued = poisoned = 0
+        requeued = poisoned = 0
         with self._sessions.begin() as session:
             worker = _worker(session, worker_id)
             lease = session.get(LeaseRow, lease_id)
             if lease is None or lease.worker_id != worker_id:
                 raise UserError(f"worker {worker_id} holds no lease {lease_id}")
+            open_candidates = {
+                candidate.id: candidate
+                for candidate in session.scalars(
+                    select(Candidate)
+                    .where(
+                        Candidate.id.in_([item.candidate_id for item in results]),
+                        Candidate.state.in_(["queued", "leased"]),
+                    )
+                    .with_for_update()
+                )
+            }
+            measured: list[ReportedResult] = []
             for item in results:
-                candidate = session.get(Candidate, item.candidate_id, with_for_update=True)
-                if candidate is None or candidate.state in ("measured", "poisoned"):
-                    ignored += 1
+                candidate = open_candidates.get(item.candidate_id)
+                if candidate is None:
                     continue
                 if item.result.error_kind is ErrorKind.CRASH:
-                    if self._strike(session, candidate, item.result.error_msg or "crashed"):
-                        poisoned += 1
-                    else:
-                        requeued += 1
-                    continue
-                if self._store(session, candidate, item, worker.device_id):
-                    stored += 1
+                    struck = self._strike(session, candidate, item.result.error_msg or "crashed")
+                    poisoned += struck
+                    requeued += not struck
                 else:
-                    ignored += 1
+                    measured.append(item)
+            stored = self._store(session, open_candidates, measured, worker.device_id)
             if lease.state == "active":
                 lease.state = "reported"
                 self._requeue_unreported(session, lease_id)
+        ignored = len(results) - stored - requeued - poisoned
         return ReportOutcome(stored, ignored, requeued, poisoned)
 
     def release(self, worker_id: int, lease_id: int) -> int:
@@ -499,37 +508,64 @@ class WorkQueue:
         return leased
 
     def _store(
-        self, session: Session, candidate: Candidate, item: ReportedResult, device_id: int
-    ) -> bool:
-        """Insert the measurement of a candidate; False if it was measured meanwhile."""
-        result = item.result
-        inserted = session.scalar(
-            self._log.insert(Measurement)
-            .values(
-                candidate_id=candidate.id,
-                device_id=device_id,
-                samples=list(result.samples),
-                median_secs=result.median,
-                error_kind=None if result.error_kind is None else result.error_kind.value,
-                error_msg=result.error_msg,
-                verified=item.verified,
-                build_secs=result.build_secs,
-                started_at=result.started_at,
-                finished_at=result.finished_at or utcnow(),
+        self,
+        session: Session,
+        candidates: dict[int, Candidate],
+        items: Sequence[ReportedResult],
+        device_id: int,
+    ) -> int:
+        """Insert the measurements of open candidates in one statement; returns how many.
+
+        A candidate measured meanwhile by another report keeps that measurement. The fastest
+        verified result is offered as the best record.
+        """
+        if not items:
+            return 0
+        rows = [
+            {
+                "candidate_id": item.candidate_id,
+                "device_id": device_id,
+                "samples": list(item.result.samples),
+                "median_secs": item.result.median,
+                "error_kind": None
+                if item.result.error_kind is None
+                else item.result.error_kind.value,
+                "error_msg": item.result.error_msg,
+                "verified": item.verified,
+                "build_secs": item.result.build_secs,
+                "started_at": item.result.started_at,
+                "finished_at": item.result.finished_at or utcnow(),
+            }
+            for item in items
+        ]
+        inserted = set(
+            session.scalars(
+                self._log.insert(Measurement)
+                .values(rows)
+                .on_conflict_do_nothing(index_elements=["candidate_id"])
+                .returning(Measurement.candidate_id)
             )
-            .on_conflict_do_nothing(index_elements=["candidate_id"])
-            .returning(Measurement.id)
         )
-        if inserted is None:
-            return False
-        candidate.state = "measured"
-        candidate.lease_id = None
-        median = result.median
-        if item.verified and median is not None:
-            self._log.offer_best(
-                session, candidate.workload_id, candidate.target_id, median, candidate.id
-            )
-        return True
+        session.execute(
+            update(Candidate)
+            .where(Candidate.id.in_(inserted))
+            .values(state="measured", lease_id=None)
+            .execution_options(synchronize_session=False)
+        )
+        fastest: dict[tuple[int, int], ReportedResult] = {}
+        for item in items:
+            median = item.result.median
+            if item.candidate_id not in inserted or not item.verified or median is None:
+                continue
+            candidate = candidates[item.candidate_id]
+            key = (candidate.workload_id, candidate.target_id)
+            if key not in fastest or median < (fastest[key].result.median or 0.0):
+                fastest[key] = item
+        for (workload_id, target_id), item in fastest.items():
+            median = item.result.median
+            assert median is not None
+            self._log.offer_best(session, workload_id, target_id, median, item.candidate_id)
+        return len(inserted)
 
     def _strike(self, session: Session, candidate: Candidate, reason: str) -> bool:
         """Count a lost measuring process against a candidate; True if that poisoned it."""

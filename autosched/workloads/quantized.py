@@ -19,6 +19,23 @@ INT4_PER_BYTE = 2
 INT4_MASK = 0xF
 
 
+def dequantize_int4(
+    qweight: np.ndarray, scales: np.ndarray, zeros: np.ndarray, group: int
+) -> np.ndarray:
+    """The float64 weights (N, K) that packed 4-bit weights, group scales and zeros stand for."""
+    N, K = qweight.shape[0], qweight.shape[1] * INT4_PER_BYTE
+    q = np.empty((N, K), np.float64)
+    q[:, 0::2] = qweight & INT4_MASK
+    q[:, 1::2] = qweight >> 4
+    return (q - np.repeat(zeros, group, axis=1)) * np.repeat(scales, group, axis=1)
+
+
+def unpack_vnni(packed: np.ndarray) -> np.ndarray:
+    """The (K, N) matrix of int8 weights packed (N/16, K/4, 16, 4) for VNNI."""
+    blocks_n, blocks_k, lanes, depth = packed.shape
+    return packed.transpose(1, 3, 0, 2).reshape(blocks_k * depth, blocks_n * lanes)
+
+
 def _check_divides(name: str, divisor: int, what: str, value: int, of: str) -> None:
     if value % divisor:
         raise UserError(f"{name}: {what} {divisor} does not divide {of}={value}")
@@ -59,11 +76,8 @@ def matmul_int4_weight(M: int, N: int, K: int, group: int, dtype: str) -> Worklo
 
     def reference(inputs: list[np.ndarray]) -> list[np.ndarray]:
         lhs, qweight, scale, zero = inputs
-        q = np.empty((N, K), np.float64)
-        q[:, 0::2] = qweight & INT4_MASK
-        q[:, 1::2] = qweight >> 4
-        dequantised = (q - np.repeat(zero, group, axis=1)) * np.repeat(scale, group, axis=1)
-        return [(lhs.astype(np.float64) @ dequantised.T).astype(dtype)]
+        weight = dequantize_int4(qweight, scale, zero, group)
+        return [(lhs.astype(np.float64) @ weight.T).astype(dtype)]
 
     # The product: a multiply and an add per (m, n, k); dequantising each weight once: a
     # subtraction and a multiply (the kernel may repeat it per row of A; that is not counted).
@@ -121,8 +135,8 @@ def matmul_int8(M: int, N: int, K: int, layout: str) -> Workload:
 
     def reference(inputs: list[np.ndarray]) -> list[np.ndarray]:
         lhs, rhs = inputs
-        if layout == "vnni":  # (N/16, K/4, 16, 4) -> (K, N)
-            rhs = rhs.transpose(1, 3, 0, 2).reshape(K, N)
+        if layout == "vnni":
+            rhs = unpack_vnni(rhs)
         # float64 holds every sum of int8 products exactly (|sum| < 2**15 * K).
         return [(lhs.astype(np.float64) @ rhs.astype(np.float64)).astype(np.int32)]
 
@@ -186,12 +200,7 @@ def gemv_lut_lowbit(N: int, K: int, dtype: str) -> Workload:
 
     def reference(inputs: list[np.ndarray]) -> list[np.ndarray]:
         activations, weight_planes, row_scale = inputs
-        nibbles = np.stack([weight_planes & 0xF, weight_planes >> 4], axis=-1).reshape(
-            LOWBIT_BITS, N, groups
-        )
-        bits = (nibbles[..., None] >> np.arange(LUT_GROUP)) & 1  # (bit, N, group, i)
-        q = sum(bits[bit].astype(np.float64) * (1 << bit) for bit in range(LOWBIT_BITS))
-        weight = (q.reshape(N, K) - LOWBIT_ZERO) * row_scale.astype(np.float64)[:, None]
+        weight = dequantize_lowbit(weight_planes, row_scale)
         return [(weight @ activations.astype(np.float64)).astype(dtype)]
 
     # Counted as the dense product it replaces, as T-MAC reports it: a multiply and an add per
@@ -201,6 +210,16 @@ def gemv_lut_lowbit(N: int, K: int, dtype: str) -> Workload:
     return workload_from_te(
         "gemv_lut_lowbit", params, [x, planes, scale, out], flops=flops, reference=reference
     )
+
+
+def dequantize_lowbit(planes: np.ndarray, scale: np.ndarray) -> np.ndarray:
+    """The float64 weights (N, K) that bit planes of 2-bit weights and row scales stand for."""
+    _, N, bytes_per_row = planes.shape
+    groups = 2 * bytes_per_row
+    nibbles = np.stack([planes & 0xF, planes >> 4], axis=-1).reshape(LOWBIT_BITS, N, groups)
+    bits = (nibbles[..., None] >> np.arange(LUT_GROUP)) & 1  # (bit, N, group, i)
+    q = sum(bits[bit].astype(np.float64) * (1 << bit) for bit in range(LOWBIT_BITS))
+    return (q.reshape(N, groups * LUT_GROUP) - LOWBIT_ZERO) * scale.astype(np.float64)[:, None]
 
 
 MX_BLOCK = 32

@@ -54,7 +54,7 @@ class WorkerDaemon(BackgroundLoop):
         config: the measurement protocol.
         measurer: measures the candidates; by default isolated processes on this machine
             (`LocalMeasurer` with ``config``), cancelled when the daemon is stopped.
-        poll_secs: pause when no work is queued.
+        poll_secs: the longest pause between asks for work while none is queued.
         heartbeat_secs: interval of heartbeats while measuring (well under the lease time).
     """
 
@@ -94,12 +94,15 @@ class WorkerDaemon(BackgroundLoop):
         self.worker_id = worker_id
         logger.info("worker %s registered as %d", self.name, worker_id)
         measurer = self._measurer or LocalMeasurer(self._target, self._config, cancel=stop)
+        idle_wait = self._poll_secs / 8
         try:
             while not stop.is_set():
                 lease = self._retry(lambda: self._source.lease(worker_id, self._batch), stop)
-                if lease is None:
-                    stop.wait(self._poll_secs)
+                if lease is None:  # poll less often the longer there is no work
+                    stop.wait(idle_wait)
+                    idle_wait = min(2 * idle_wait, self._poll_secs)
                     continue
+                idle_wait = self._poll_secs / 8
                 self._serve(worker_id, lease, measurer)
         finally:
             if self._measurer is None:

@@ -20,6 +20,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from typer.exceptions import TyperException
 
+from autosched.bench.cli import bench_app
 from autosched.errors import Cancelled, UserError
 
 app = typer.Typer(
@@ -278,6 +279,55 @@ def export_schedule(
         log.close()
     for path in export(best, fmt, output):
         _out.print(f"wrote {path}")
+
+
+@app.command()
+def check(
+    workload: WorkloadArg,
+    param: ParamOpt = None,
+    target: TargetOpt = None,
+    trials: Annotated[int, typer.Option(min=1, max=1000, help="Trials of the short tuning.")] = 8,
+    seed: Annotated[int, typer.Option(help="Seed of the inputs and the search.")] = 0,
+    as_json: JsonOpt = False,
+) -> None:
+    """Check a workload against its reference: untuned, after a short tuning, and its peer."""
+    from autosched.check import check_workload
+    from autosched.target import parse_target
+
+    spec = _resolve_workload(workload, param, None)
+    results = check_workload(spec, parse_target(target), trials=trials, seed=seed)
+    if as_json:
+        print(json.dumps([{"stage": r.stage, "ok": r.ok, "detail": r.detail} for r in results]))
+    else:
+        for r in results:
+            mark = {True: "ok", False: "FAILED", None: "-"}[r.ok]
+            _out.print(f"{r.stage:8} {mark:6} {r.detail}", highlight=False)
+    if any(r.ok is False for r in results):
+        raise typer.Exit(code=1)
+
+
+@app.command()
+def calibrate(target: TargetOpt = None, as_json: JsonOpt = False) -> None:
+    """Measure this machine's peak GFLOP/s and memory bandwidth, the roofline of `bench`."""
+    from autosched.roofline import calibrate as measure_machine
+    from autosched.roofline import save_calibration
+    from autosched.target import parse_target
+
+    target_json = parse_target(target)
+    calibration = measure_machine(target_json)
+    path = save_calibration(target_json, calibration)
+    if as_json:
+        print(json.dumps({"path": str(path), **calibration.__dict__}))
+        return
+    _out.print(
+        f"peak {calibration.peak_gflops:.1f} GFLOP/s (FMA loop {calibration.fma_gflops:.1f}, "
+        f"numpy matmul {calibration.matmul_gflops:.1f}), "
+        f"bandwidth {calibration.bandwidth_gbs:.1f} GB/s; stored in {path}",
+        highlight=False,
+    )
+
+
+app.add_typer(bench_app, name="bench")
 
 
 def _print_error(message: str) -> None:

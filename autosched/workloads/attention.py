@@ -233,7 +233,9 @@ def attention_chunked(B: int, L: int, D: int, chunk: int, dtype: str) -> Workloa
 
 
 def _chunked_attention(B: int, L: int, D: int, C: int, dtype: str):
-    """One block per query: its scratch is one chunk of scores and one row of partial output.
+    """One block per query, whose scratch is one chunk of scores and one row of partial output:
+    O(L * (C + D)) memory in all, never L x L. Each query has its own scratch, so the schedule may
+    parallelise or vectorise over queries.
 
     For each chunk of ``C`` keys: the scores, their max, then the running sum and the partial
     output rescaled by ``exp(old max - new max)`` before the chunk's terms are added.
@@ -249,40 +251,44 @@ def _chunked_attention(B: int, L: int, D: int, C: int, dtype: str):
         V: T.Buffer((B, L, D), dtype),
         Out: T.Buffer((B, L, D), dtype),
     ):
+        scores = T.alloc_buffer((B, L, C), acc)
+        partial = T.alloc_buffer((B, L, D), acc)
+        running_max = T.alloc_buffer((B, L), acc)
+        chunk_max = T.alloc_buffer((B, L), acc)
+        running_sum = T.alloc_buffer((B, L), acc)
         for b, i in T.grid(B, L):
             with T.sblock("attention"):
                 vb, vi = T.axis.remap("SS", [b, i])
-                T.reads(Q[vb, vi, 0:D], K[vb, 0:L, 0:D], V[vb, 0:L, 0:D])
-                T.writes(Out[vb, vi, 0:D])
-                scores = T.sblock_alloc_buffer((C,), acc)
-                partial = T.sblock_alloc_buffer((D,), acc)
-                running_max = T.sblock_alloc_buffer((1,), acc)
-                chunk_max = T.sblock_alloc_buffer((1,), acc)
-                running_sum = T.sblock_alloc_buffer((1,), acc)
-                running_max[0] = T.min_value(acc)
-                running_sum[0] = T.Cast(acc, 0)
+                running_max[vb, vi] = T.min_value(acc)
+                running_sum[vb, vi] = T.Cast(acc, 0)
                 for d in range(D):
-                    partial[d] = T.Cast(acc, 0)
+                    partial[vb, vi, d] = T.Cast(acc, 0)
                 for c in range(chunks):
-                    chunk_max[0] = running_max[0]
+                    chunk_max[vb, vi] = running_max[vb, vi]
                     for j in range(C):
-                        scores[j] = T.Cast(acc, 0)
+                        scores[vb, vi, j] = T.Cast(acc, 0)
                         for d in range(D):
-                            scores[j] = scores[j] + T.Cast(acc, Q[vb, vi, d]) * T.Cast(
-                                acc, K[vb, c * C + j, d]
-                            )
-                        scores[j] = scores[j] * T.Cast(acc, scale)
-                        chunk_max[0] = T.max(chunk_max[0], scores[j])
-                    running_sum[0] = running_sum[0] * T.exp(running_max[0] - chunk_max[0])
+                            scores[vb, vi, j] = scores[vb, vi, j] + T.Cast(
+                                acc, Q[vb, vi, d]
+                            ) * T.Cast(acc, K[vb, c * C + j, d])
+                        scores[vb, vi, j] = scores[vb, vi, j] * T.Cast(acc, scale)
+                        chunk_max[vb, vi] = T.max(chunk_max[vb, vi], scores[vb, vi, j])
+                    running_sum[vb, vi] = running_sum[vb, vi] * T.exp(
+                        running_max[vb, vi] - chunk_max[vb, vi]
+                    )
                     for d in range(D):
-                        partial[d] = partial[d] * T.exp(running_max[0] - chunk_max[0])
+                        partial[vb, vi, d] = partial[vb, vi, d] * T.exp(
+                            running_max[vb, vi] - chunk_max[vb, vi]
+                        )
                     for j in range(C):
-                        scores[j] = T.exp(scores[j] - chunk_max[0])
-                        running_sum[0] = running_sum[0] + scores[j]
+                        scores[vb, vi, j] = T.exp(scores[vb, vi, j] - chunk_max[vb, vi])
+                        running_sum[vb, vi] = running_sum[vb, vi] + scores[vb, vi, j]
                         for d in range(D):
-                            partial[d] = partial[d] + scores[j] * T.Cast(acc, V[vb, c * C + j, d])
-                    running_max[0] = chunk_max[0]
+                            partial[vb, vi, d] = partial[vb, vi, d] + scores[vb, vi, j] * T.Cast(
+                                acc, V[vb, c * C + j, d]
+                            )
+                    running_max[vb, vi] = chunk_max[vb, vi]
                 for d in range(D):
-                    Out[vb, vi, d] = T.Cast(dtype, partial[d] / running_sum[0])
+                    Out[vb, vi, d] = T.Cast(dtype, partial[vb, vi, d] / running_sum[vb, vi])
 
     return main

@@ -20,8 +20,10 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from typer.exceptions import TyperException
 
+from autosched import service_cli
 from autosched.bench.cli import bench_app
-from autosched.errors import Cancelled, UserError
+from autosched.cli_options import DbOpt, FileOpt, JsonOpt, ParamOpt, WorkloadArg
+from autosched.errors import Cancelled, ServiceUnavailable, UserError
 
 app = typer.Typer(
     name="autosched",
@@ -33,22 +35,10 @@ app = typer.Typer(
 _out = Console()
 _err = Console(stderr=True)
 
-WorkloadArg = Annotated[str, typer.Argument(help="A built-in workload: `autosched workloads`.")]
-ParamOpt = Annotated[
-    list[str] | None, typer.Option("-p", "--param", help="A workload parameter, KEY=VALUE.")
-]
-FileOpt = Annotated[
-    Path | None, typer.Option("--file", help="Tune a PrimFunc from this TVMScript file instead.")
-]
 TargetOpt = Annotated[
     str | None,
     typer.Option("--target", help='"llvm" (this CPU, the default), "cuda", or target JSON.'),
 ]
-DbOpt = Annotated[
-    str | None,
-    typer.Option("--db", help="SQLAlchemy URL of the tuning log [AUTOSCHED_DB; ./autosched.db]"),
-]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document.")]
 
 
 def _resolve_workload(name: str, params: list[str] | None, file: Path | None):
@@ -260,8 +250,13 @@ def export_schedule(
     file: FileOpt = None,
     target: TargetOpt = None,
     db: DbOpt = None,
+    server: service_cli.ExportServerOpt = None,
+    token: service_cli.TokenOpt = None,
 ) -> None:
-    """Export the best schedule of a workload: TVMScript, a MetaSchedule database or a library."""
+    """Export the best schedule of a workload: TVMScript, a MetaSchedule database or a library.
+
+    With --server, from a tuning server; --target then names a kind, target JSON or target key.
+    """
     from autosched.export import ExportFormat, best_schedule, export
     from autosched.target import parse_target
 
@@ -271,12 +266,17 @@ def export_schedule(
         choices = ", ".join(f.value for f in ExportFormat)
         raise UserError(f"unknown export format {format_name!r}; choose one of {choices}") from None
     spec = _resolve_workload(workload, param, file)
-    target_json = parse_target(target)
-    log = _open_log(db, must_exist=True)
-    try:
-        best = best_schedule(log, spec, target_json)
-    finally:
-        log.close()
+    if server is not None:
+        if db is not None:
+            raise UserError("give --db or --server, not both")
+        best = service_cli.fetch_best(server, token, spec, target)
+    else:
+        target_json = parse_target(target)
+        log = _open_log(db, must_exist=True)
+        try:
+            best = best_schedule(log, spec, target_json)
+        finally:
+            log.close()
     for path in export(best, fmt, output):
         _out.print(f"wrote {path}")
 
@@ -330,6 +330,12 @@ def calibrate(target: TargetOpt = None, as_json: JsonOpt = False) -> None:
 app.add_typer(bench_app, name="bench")
 
 
+app.command()(service_cli.serve)
+app.command()(service_cli.submit)
+app.command()(service_cli.status)
+app.add_typer(service_cli.token_app)
+
+
 def _print_error(message: str) -> None:
     _err.print(f"[red]error:[/red] {' '.join(message.split())}", highlight=False, soft_wrap=True)
 
@@ -343,6 +349,9 @@ def main() -> None:
     except UserError as error:
         _print_error(str(error))
         sys.exit(2)
+    except ServiceUnavailable as error:
+        _print_error(str(error))
+        sys.exit(1)
     except TyperException as error:  # the argument parser's usage errors; none after the help
         message = error.format_message() if hasattr(error, "format_message") else str(error)
         if message.strip():

@@ -87,7 +87,6 @@ def _require(role: Role) -> Callable[..., None]:
                 f"a {found.value} token cannot use this route; it needs a {role.value} token",
             )
 
-    authorize.__name__ = f"require_{role.value}_token"
     return authorize
 
 

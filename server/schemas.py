@@ -81,7 +81,7 @@ class JobCreate(_Request):
     """
 
     workload: WorkloadIn
-    target: Annotated[str, Field(min_length=1, max_length=64)] | dict[str, Any] = "llvm"
+    target: Annotated[str, Field(min_length=1, max_length=4096)] | dict[str, Any] = "llvm"
     trials: int = Field(64, ge=1, le=MAX_TRIALS)
     batch_size: int = Field(64, ge=1, le=MAX_BATCH)
     strategy: Strategy = "evolutionary"

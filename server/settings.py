@@ -18,6 +18,12 @@ from autosched.log.tokens import MIN_TOKEN_CHARS, Role
 
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("", "0", "false", "no", "off")
+_NUMBERS: dict[str, tuple[str, type[int] | type[float]]] = {
+    "max_body_bytes": ("AUTOSCHED_MAX_BODY_BYTES", int),
+    "lease_secs": ("AUTOSCHED_LEASE_SECS", float),
+    "worker_timeout_secs": ("AUTOSCHED_WORKER_TIMEOUT_SECS", float),
+    "claim_secs": ("AUTOSCHED_CLAIM_SECS", float),
+}
 
 
 @dataclass(frozen=True)
@@ -31,6 +37,9 @@ class Settings:
         ``AUTOSCHED_CLIENT_TOKEN``, ``AUTOSCHED_WORKER_TOKEN``: tokens the server accepts for
             that role in addition to those made by `autosched token create` (a deployment's
             shared secrets, e.g. in docker-compose).
+        ``AUTOSCHED_LEASE_SECS``: how long a lease holds without a heartbeat (default 60).
+        ``AUTOSCHED_WORKER_TIMEOUT_SECS``: how long a silent worker counts as alive (default 60).
+        ``AUTOSCHED_CLAIM_SECS``: how long the search engine's claim on a job holds (default 30).
     """
 
     db_url: str = field(default_factory=default_db_url)
@@ -40,6 +49,7 @@ class Settings:
     max_body_bytes: int = 1 << 20
     lease_secs: float = 60.0
     worker_timeout_secs: float = 60.0
+    claim_secs: float = 30.0
     env_tokens: Mapping[Role, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -54,6 +64,9 @@ class Settings:
             raise UserError(
                 f"the body size limit must be at least 1024 bytes, not {self.max_body_bytes}"
             )
+        for name in ("lease_secs", "worker_timeout_secs", "claim_secs"):
+            if not getattr(self, name) > 0:
+                raise UserError(f"{name} must be positive, not {getattr(self, name)}")
         for role, token in self.env_tokens.items():
             if len(token) < MIN_TOKEN_CHARS:
                 raise UserError(
@@ -78,8 +91,9 @@ class Settings:
         }
         if env.get("AUTOSCHED_DB"):
             values["db_url"] = env["AUTOSCHED_DB"]
-        if env.get("AUTOSCHED_MAX_BODY_BYTES"):
-            values["max_body_bytes"] = _integer(env, "AUTOSCHED_MAX_BODY_BYTES")
+        for name, (variable, kind) in _NUMBERS.items():
+            if env.get(variable):
+                values[name] = _number(env, variable, kind)
         known = {f.name for f in fields(cls)}
         values.update({k: v for k, v in overrides.items() if v is not None and k in known})
         unknown = sorted(set(overrides) - known)
@@ -105,8 +119,8 @@ def _flag(env: Mapping[str, str], name: str) -> bool:
     return value in _TRUE
 
 
-def _integer(env: Mapping[str, str], name: str) -> int:
+def _number(env: Mapping[str, str], name: str, kind: type[int] | type[float]) -> float:
     try:
-        return int(env[name])
+        return kind(env[name])
     except ValueError:
-        raise UserError(f"{name} must be an integer, not {env[name]!r}") from None
+        raise UserError(f"{name} must be a number, not {env[name]!r}") from None

@@ -1,0 +1,299 @@
+"""The tuning service's commands of the `autosched` CLI: serve, submit, status and token create,
+and the server side of `export --server`; ``autosched.cli`` registers them.
+
+Heavy modules (FastAPI, uvicorn, httpx, TVM) are imported inside the commands that need them.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, Literal
+
+import typer
+from rich.console import Console, Group
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from autosched.cli_options import DbOpt, FileOpt, JsonOpt, ParamOpt, WorkloadArg
+from autosched.errors import UserError
+
+if TYPE_CHECKING:
+    from autosched.client import ServiceClient
+    from autosched.export import BestSchedule
+    from autosched.workload import Workload
+    from server.app import ServiceFactory
+    from server.schemas import JobPublic, JobsPublic
+    from server.settings import Settings
+
+DEFAULT_SERVER = "http://127.0.0.1:8000"
+
+ServerOpt = Annotated[
+    str, typer.Option("--server", envvar="AUTOSCHED_SERVER", help="URL of the autosched server.")
+]
+ExportServerOpt = Annotated[
+    str | None,
+    typer.Option("--server", help="Export from this autosched server instead of a database."),
+]
+TokenOpt = Annotated[
+    str | None,
+    typer.Option("--token", envvar="AUTOSCHED_TOKEN", help="A client token of the server."),
+]
+JobTargetOpt = Annotated[
+    str,
+    typer.Option(
+        "--target",
+        help='"llvm" or "cuda": the exact target of the service\'s workers of that kind; '
+        "or target JSON.",
+    ),
+]
+
+_out = Console()
+
+
+def serve(
+    db: DbOpt = None,
+    host: Annotated[
+        str, typer.Option(help="Address to listen on; 0.0.0.0 for every interface.")
+    ] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=1, max=65535, help="Port to listen on.")] = 8000,
+    local_worker: Annotated[
+        bool, typer.Option("--local-worker", help="Also measure candidates on this machine's CPU.")
+    ] = False,
+    no_auth: Annotated[
+        bool,
+        typer.Option(
+            "--no-auth", help="Serve without tokens; loopback hosts only [AUTOSCHED_NO_AUTH]."
+        ),
+    ] = False,
+) -> None:
+    """Serve the REST API (docs at /docs) and the search engine that drives the submitted jobs."""
+    import uvicorn
+
+    from autosched.log import TuningLog
+    from server.app import create_app
+    from server.settings import Settings
+
+    settings = Settings.from_env(db_url=db, host=host, port=port, no_auth=no_auth or None)
+    TuningLog(settings.db_url).close()  # a bad URL or database fails here, in one line
+    app = create_app(settings, background=_background(settings, local_worker))
+    uvicorn.run(app, host=settings.host, port=settings.port)
+
+
+def _background(settings: Settings, local_worker: bool) -> list[ServiceFactory]:
+    """The services `serve` runs beside the API: the search engine, and maybe a local worker."""
+    from server.engine import Engine
+
+    services: list[ServiceFactory] = [
+        lambda log, queue: Engine(log, queue, claim_secs=settings.claim_secs)
+    ]
+    if local_worker:
+        from autosched.target import host_target
+        from workers.daemon import WorkerDaemon
+
+        services.append(lambda _log, queue: WorkerDaemon(queue, host_target()))
+    return services
+
+
+def submit(
+    workload: WorkloadArg = "matmul",
+    param: ParamOpt = None,
+    file: FileOpt = None,
+    target: JobTargetOpt = "llvm",
+    trials: Annotated[int, typer.Option(min=1, max=100_000, help="New measurements.")] = 64,
+    batch: Annotated[int, typer.Option(min=1, max=4096, help="Candidates per batch.")] = 64,
+    seed: Annotated[
+        int | None, typer.Option(min=0, max=2**31 - 1, help="Seed for a reproducible search.")
+    ] = None,
+    server: ServerOpt = DEFAULT_SERVER,
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Submit a tuning job to an autosched server and print its id."""
+    from pydantic import ValidationError
+
+    from server.schemas import JobCreate, problem_line
+
+    document = {
+        "workload": _workload_document(workload, param, file),
+        "target": _target_document(target),
+        "trials": trials,
+        "batch_size": batch,
+        "seed": seed,
+    }
+    try:
+        job = JobCreate.model_validate(document)
+    except ValidationError as error:
+        raise UserError(problem_line(error.errors())) from None
+    with _client(server, token) as client:
+        created = client.submit(job)
+    print(created.model_dump_json() if as_json else created.id)
+
+
+def _workload_document(name: str, params: list[str] | None, file: Path | None) -> dict[str, Any]:
+    if file is None:
+        from autosched.workloads import parse_param_overrides
+
+        return {"name": name, "params": parse_param_overrides(params or [])}
+    if params:
+        raise UserError("-p sets parameters of built-in workloads; a --file takes none")
+    try:
+        return {"name": file.stem, "tvmscript": file.read_text()}
+    except OSError as error:
+        raise UserError(f"cannot read workload file {file}: {error.strerror or error}") from None
+    except UnicodeDecodeError:
+        raise UserError(f"workload file {file} is not UTF-8 text") from None
+
+
+def _target_document(text: str) -> str | dict[str, Any]:
+    """A kind stays a word, for the server to resolve; target JSON travels as an object."""
+    if not text.lstrip().startswith("{"):
+        return text.strip()
+    try:
+        target = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise UserError(f"target is not valid JSON: {error}") from None
+    if not isinstance(target, dict):
+        raise UserError("target JSON must be an object")
+    return target
+
+
+def status(
+    job: Annotated[
+        int | None, typer.Argument(help="A job id; the latest jobs if left out.")
+    ] = None,
+    watch: Annotated[
+        bool, typer.Option("--watch", help="Refresh live until the job ends (Ctrl-C to leave).")
+    ] = False,
+    interval: Annotated[
+        float, typer.Option(min=0.1, max=3600, help="Seconds between refreshes of --watch.")
+    ] = 2.0,
+    limit: Annotated[int, typer.Option(min=1, max=1000, help="Jobs listed at most.")] = 20,
+    server: ServerOpt = DEFAULT_SERVER,
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Show a job's progress (status, trials, best latency, curve), or list the latest jobs."""
+    if watch and as_json:
+        raise UserError("--watch shows a live view; leave out --json")
+    with _client(server, token) as client:
+
+        def fetch() -> JobPublic | JobsPublic:
+            return client.jobs(limit=limit) if job is None else client.job(job)
+
+        current = fetch()
+        if as_json:
+            print(current.model_dump_json())
+            return
+        if not watch:
+            _out.print(_render(current))
+            return
+        with Live(_render(current), console=_out, auto_refresh=False) as live:
+            while job is None or not _ended(current):
+                time.sleep(interval)
+                current = fetch()
+                live.update(_render(current), refresh=True)
+
+
+def _ended(current: JobPublic | JobsPublic) -> bool:
+    from server.schemas import JobPublic
+
+    return isinstance(current, JobPublic) and current.status.final
+
+
+def _render(current: JobPublic | JobsPublic) -> Table | Group:
+    from server.schemas import JobPublic
+
+    if isinstance(current, JobPublic):
+        return _render_job(current)
+    table = Table("job", "workload", "target", "status", "trials", "failed", "best", "submitted")
+    for job in current.data:
+        table.add_row(
+            str(job.id),
+            _workload_text(job),
+            _target_text(job),
+            job.status.value,
+            f"{job.trials_done}/{job.trials}",
+            str(job.failed),
+            _latency(job.best_latency_secs),
+            f"{job.created_at:%Y-%m-%d %H:%M:%S}",
+        )
+    table.caption = f"{len(current.data)} of {current.count} jobs"
+    return table
+
+
+def _render_job(job: JobPublic) -> Group:
+    table = Table(show_header=False, box=None)
+    table.add_row("job", str(job.id))
+    table.add_row("workload", f"{_workload_text(job)} ({job.workload.key})")
+    table.add_row("target", f"{_target_text(job)} ({job.target.key})")
+    table.add_row("status", job.status.value)
+    table.add_row("trials", f"{job.trials_done}/{job.trials} measured, {job.failed} failed")
+    table.add_row("best median latency", _latency(job.best_latency_secs))
+    if job.workload.flops and job.best_latency_secs:
+        table.add_row(
+            "throughput", f"{job.workload.flops / job.best_latency_secs / 1e9:.1f} GFLOP/s"
+        )
+    curve = "  ".join(f"{p.trials}:{_latency(p.best_latency_secs)}" for p in job.curve[-8:])
+    return Group(table, Text(f"best so far (trials: latency)  {curve or '-'}"))
+
+
+def _workload_text(job: JobPublic) -> str:
+    params = " ".join(f"{k}={v}" for k, v in job.workload.params.items())
+    return f"{job.workload.name} {params}".strip()
+
+
+def _target_text(job: JobPublic) -> str:
+    config = job.target.target_json
+    detail = config.get("mcpu") or config.get("arch")
+    return f"{job.target.kind} {detail}" if detail else job.target.kind
+
+
+def _latency(secs: float | None) -> str:
+    return "-" if secs is None else f"{secs * 1e6:.2f} us"
+
+
+token_app = typer.Typer(name="token", help="Bearer tokens of the REST API.", no_args_is_help=True)
+
+
+@token_app.command("create")
+def create_token(
+    role: Annotated[
+        Literal["client", "worker"],
+        typer.Option(help="client: submit and read jobs; worker: lease and report only."),
+    ],
+    name: Annotated[str | None, typer.Option(help="What the token is for.")] = None,
+    db: DbOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Create an API token and print it; the log keeps only its hash, so keep it safe."""
+    from autosched.log import TuningLog
+    from autosched.log.tokens import Role, TokenStore
+
+    label = name or f"{role} token"
+    with TuningLog(db) as log:
+        token = TokenStore(log).create(Role(role), label)
+    if as_json:
+        print(json.dumps({"token": token, "role": role, "name": label}))
+    else:
+        print(token)
+
+
+def fetch_best(
+    server: str, token: str | None, workload: Workload, target: str | None
+) -> BestSchedule:
+    """The best schedule of ``workload`` on ``target`` (a kind, target JSON or key) from a server,
+    replayed here for export."""
+    from autosched.export import replay
+
+    with _client(server, token) as client:
+        found = client.workload_best(workload.key, target or "llvm")
+    return replay(workload, found.target.target_json, found.record.to_view())
+
+
+def _client(server: str, token: str | None) -> ServiceClient:
+    from autosched.client import ServiceClient
+
+    return ServiceClient(server, token)

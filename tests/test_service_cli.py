@@ -1,0 +1,224 @@
+"""The service commands of the CLI: token create, submit, status (--watch), export --server and
+serve, against a real server on loopback. Nothing is tuned: results are reported by hand.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+import httpx
+import pytest
+import tvm
+import uvicorn
+
+from autosched.cli import main
+from autosched.client import ServiceClient
+from autosched.log import TuningLog
+from autosched.log.queue import ReportedResult, WorkQueue
+from autosched.log.tokens import Role, TokenStore
+from autosched.records import MeasureResult
+from autosched.schedule import BASELINE_TRACE
+from server.app import create_app
+from server.settings import Settings
+
+SHAPE = ["-p", "M=16", "-p", "N=16", "-p", "K=16"]
+WORKER_TARGET = {"kind": "llvm", "mcpu": "skylake-avx512", "num-cores": 2}
+
+
+@dataclass
+class Cli:
+    code: int
+    out: str
+    err: str
+
+
+@pytest.fixture
+def autosched(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch):
+    """Runs `autosched ARGS` in this process; returns its exit code and output."""
+    monkeypatch.delenv("AUTOSCHED_SERVER", raising=False)
+    monkeypatch.delenv("AUTOSCHED_TOKEN", raising=False)
+
+    def run(*args: str) -> Cli:
+        monkeypatch.setattr(sys, "argv", ["autosched", *args])
+        capsys.readouterr()
+        with pytest.raises(SystemExit) as exited:
+            main()
+        out, err = capsys.readouterr()
+        return Cli(int(exited.value.code or 0), out, err)
+
+    return run
+
+
+@dataclass
+class Server:
+    url: str
+    queue: WorkQueue
+    client_token: str
+    worker: ServiceClient
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[Server]:
+    """The API (without engine) served by uvicorn on loopback, in a thread."""
+    port = _free_port()
+    app = create_app(Settings(db_url=f"sqlite:///{tmp_path / 'service.db'}", port=port))
+    served = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=served.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not served.started:
+        assert time.monotonic() < deadline and thread.is_alive(), "the server did not start"
+        time.sleep(0.05)
+    stores = app.state.stores
+    url = f"http://127.0.0.1:{port}"
+    worker = ServiceClient(url, stores.tokens.create(Role.WORKER, "test worker"))
+    try:
+        yield Server(url, stores.queue, stores.tokens.create(Role.CLIENT, "test"), worker)
+    finally:
+        worker.close()
+        served.should_exit = True
+        thread.join()
+
+
+def _measure_baseline(server: Server, job_id: int, worker_id: int) -> None:
+    """Queue the job's untuned program and report it measured and verified, as a worker would."""
+    assert job_id in server.queue.claim_jobs("test-engine", 60)
+    server.queue.enqueue(job_id, [(BASELINE_TRACE, "baseline", None)])
+    lease = server.worker.lease(worker_id, 1)
+    assert lease is not None
+    now = datetime.now(timezone.utc)
+    result = MeasureResult(samples=(1e-4,), started_at=now, finished_at=now)
+    reported = [ReportedResult(lease.candidates[0].candidate_id, result, True)]
+    assert server.worker.report(worker_id, lease.id, reported).stored == 1
+
+
+def test_token_create_prints_a_token_of_the_role(autosched, db_url: str) -> None:
+    created = autosched("token", "create", "--role", "worker", "--db", db_url)
+    assert created.code == 0, created.err
+    token = created.out.strip()
+    described = autosched(
+        "token", "create", "--role", "client", "--name", "ci", "--db", db_url, "--json"
+    )
+    document = json.loads(described.out)
+    assert document["role"] == "client" and document["name"] == "ci"
+    with TuningLog(db_url) as log:
+        store = TokenStore(log)
+        assert store.authenticate(token) is Role.WORKER
+        assert store.authenticate(document["token"]) is Role.CLIENT
+        assert store.authenticate(token + "x") is None
+    refused = autosched("token", "create", "--role", "admin", "--db", db_url)
+    assert refused.code == 2 and "admin" in refused.err
+
+
+def test_submit_status_and_export_from_a_server(autosched, server: Server, tmp_path: Path) -> None:
+    worker_id = server.worker.register_worker(name="w", target=WORKER_TARGET, fingerprint={})
+    remote = ["--server", server.url, "--token", server.client_token]
+
+    submitted = autosched("submit", "matmul", *SHAPE, "--trials", "4", "--seed", "3", *remote)
+    assert submitted.code == 0, submitted.err
+    job_id = int(submitted.out)
+    listed = autosched("status", *remote)
+    assert "matmul" in listed.out and "queued" in listed.out
+    shown = json.loads(autosched("status", str(job_id), "--json", *remote).out)
+    assert shown["id"] == job_id and shown["seed"] == 3 and shown["trials"] == 4
+
+    _measure_baseline(server, job_id, worker_id)
+    output = tmp_path / "best.py"
+    exported = autosched(
+        "export",
+        "matmul",
+        *SHAPE,
+        "--target",
+        "llvm",
+        "--format",
+        "tvmscript",
+        "-o",
+        str(output),
+        *remote,
+    )
+    assert exported.code == 0, exported.err
+    assert isinstance(tvm.script.from_source(output.read_text()), tvm.tirx.PrimFunc)
+
+    with ServiceClient(server.url, server.client_token) as client:
+        client.cancel(job_id)
+    watched = autosched("status", str(job_id), "--watch", "--interval", "0.1", *remote)
+    assert watched.code == 0 and "cancelled" in watched.out
+
+
+def test_service_commands_fail_with_one_line(autosched, server: Server, tmp_path: Path) -> None:
+    remote = ["--server", server.url, "--token", server.client_token]
+    for args, code, message in [
+        (["submit", "nope", *remote], 2, "unknown workload 'nope'"),
+        (["submit", "matmul", "-p", "M=0", *remote], 2, "must be at least 1"),
+        (["submit", "matmul", "--target", "{bad", *remote], 2, "not valid JSON"),
+        (["submit", "matmul", "--target", "cuda", *remote], 2, "no live cuda worker"),
+        (
+            ["submit", "matmul", "--server", server.url, "--token", "wrong" * 8],
+            2,
+            "unknown or revoked",
+        ),
+        (["status", "999", *remote], 2, "no tuning job with id 999"),
+        (["status", "--watch", "--json", *remote], 2, "--watch"),
+        (["status", "--server", "http://127.0.0.1:9"], 1, "cannot reach"),
+        (["export", "matmul", "--db", "sqlite:///x.db", *remote], 2, "not both"),
+        (["export", "matmul", *SHAPE, *remote], 2, "no workload"),
+        (["serve", "--no-auth", "--host", "0.0.0.0"], 2, "loopback"),
+    ]:
+        result = autosched(*args)
+        assert result.code == code, (args, result.err)
+        assert message in result.err and len(result.err.strip().splitlines()) == 1, (
+            args,
+            result.err,
+        )
+    assert autosched("status", *remote).out.count("matmul") == 0
+
+
+def test_serve_answers_until_sigterm(tmp_path: Path) -> None:
+    port = _free_port()
+    env = {**os.environ, "AUTOSCHED_DB": f"sqlite:///{tmp_path / 'served.db'}"}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "autosched", "serve", "--no-auth", "--port", str(port)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            assert process.poll() is None, process.stdout.read() if process.stdout else ""
+            try:
+                health = httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1)
+                break
+            except httpx.TransportError:
+                assert time.monotonic() < deadline, "serve did not answer within 120 s"
+                time.sleep(0.2)
+        assert health.json() == {"status": "ok"}
+        jobs = httpx.get(f"http://127.0.0.1:{port}/api/v1/jobs", timeout=5)
+        assert jobs.json() == {"data": [], "count": 0}
+        process.send_signal(signal.SIGTERM)
+        # uvicorn shuts the app down, then dies of the signal it caught, as is the convention.
+        assert process.wait(timeout=30) in (0, -signal.SIGTERM)
+        assert process.stdout is not None
+        assert "Application shutdown complete" in process.stdout.read()
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()

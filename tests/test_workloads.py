@@ -33,8 +33,26 @@ from autosched.workloads import (
 SMALL: dict[str, dict[str, object]] = {
     "matmul": {"M": 16, "N": 24, "K": 8},
     "batch_matmul": {"B": 3, "M": 8, "N": 12, "K": 5},
+    "dense_bias_relu": {"M": 5, "N": 7, "K": 9},
     "conv2d_nhwc": {"N": 2, "H": 7, "W": 6, "CI": 3, "CO": 4, "stride": 2, "padding": 1},
+    "conv2d_nchw": {"N": 2, "H": 7, "W": 6, "CI": 3, "CO": 4, "stride": 2, "padding": 1},
+    "depthwise_conv2d": {"N": 2, "H": 7, "W": 6, "C": 3, "stride": 2},
+    "conv1d_glu": {"N": 2, "L": 7, "C": 5},
     "softmax": {"rows": 5, "cols": 33},
+    "layernorm": {"rows": 5, "cols": 33},
+    "attention_luong": {"B": 2, "T": 3, "S": 5, "D": 7},
+    "attention_bahdanau": {"B": 2, "T": 3, "S": 5, "D": 7, "A": 4},
+    "attention_naive": {"B": 2, "L": 8, "D": 5},
+    "attention_chunked": {"B": 2, "L": 8, "D": 5, "chunk": 4},
+    "matmul_int4_weight": {"M": 3, "N": 5, "K": 16, "group": 8},
+    "matmul_int8": {"M": 3, "N": 32, "K": 8, "layout": "vnni"},
+    "gemv_lut_lowbit": {"N": 5, "K": 16},
+    "mxfp8_quantize": {"rows": 3, "cols": 64},
+    "dropout_philox": {"rows": 5, "cols": 7, "drop_percent": 30},
+    "blur3x3": {"H": 9, "W": 7},
+    "unsharp_mask": {"H": 12, "W": 9},
+    "harris_corner": {"H": 9, "W": 10},
+    "ragged_batch_matmul": {"lengths": "3,1,5", "K": 4, "N": 6},
 }
 
 SPECS = {spec.name: spec for spec in workload_specs()}
@@ -64,7 +82,7 @@ def assert_matches_reference(workload: Workload, inputs: list[np.ndarray]) -> No
 def test_registry_lists_every_workload_sorted_and_each_has_small_params() -> None:
     names = [spec.name for spec in workload_specs()]
     assert names == sorted(names)
-    assert {"matmul", "batch_matmul", "conv2d_nhwc", "softmax"} <= set(names)
+    assert {"matmul", "batch_matmul", "conv2d_nhwc", "softmax", "attention_chunked"} <= set(names)
     assert set(names) == set(SMALL), "add small parameters for new workloads to SMALL"
 
 
@@ -78,9 +96,11 @@ def test_workload_builds_with_all_params_resolved(name: str) -> None:
     assert bool(workload.func.attrs["tirx.noalias"])
     assert [gv.name_hint for gv, _ in workload.mod.functions_items()] == ["main"]
     assert workload.flops is not None and workload.flops > 0
-    assert workload.num_outputs == 1
+    assert workload.num_outputs in (1, 2)
     assert workload.source is None
-    assert all(dtype == "float32" for _, dtype in workload.args)
+    assert workload.min_bytes == sum(
+        np.prod(shape) * np.dtype(dtype).itemsize for shape, dtype in workload.args
+    )
     assert re.fullmatch(r"[0-9a-f]{32}", workload.key)
 
 
@@ -92,12 +112,21 @@ def test_key_is_stable_and_changes_with_every_parameter(name: str) -> None:
     for param in SPECS[name].params:
         value = base.params[param.name]
         if param.choices:
-            other: object = next(choice for choice in param.choices if choice != value)
+            others: list[object] = [next(c for c in param.choices if c != value)]
+        elif isinstance(value, str):  # ragged lengths
+            others = [value + ",2"]
         else:
             assert isinstance(value, int)
-            other = value + 1
-        changed = get_workload(name, {**SMALL[name], param.name: other})
-        assert changed.key != base.key, f"{param.name}={other} gives the same key"
+            others = [value + 1, value + 2, 2 * value]  # some must stay odd or divide others
+        for other in others:
+            try:
+                changed = get_workload(name, {**SMALL[name], param.name: other})
+            except UserError:
+                continue
+            assert changed.key != base.key, f"{param.name}={other} gives the same key"
+            break
+        else:
+            raise AssertionError(f"no other valid value of {param.name} among {others}")
 
 
 @pytest.mark.parametrize(

@@ -41,15 +41,25 @@ def philox4x32_numpy(counters: np.ndarray, key: np.ndarray) -> np.ndarray:
 
 
 def philox4x32_tir(counter: list[tirx.PrimExpr], key: list[tirx.PrimExpr]) -> list[tirx.PrimExpr]:
-    """Philox4x32-10 as TIR expressions of uint32 words; each round's words are let-bound, so
-    the expressions grow linearly with the rounds. The 32x32->64-bit products use uint64."""
+    """Philox4x32-10 as TIR expressions of uint32 words; the 32x32->64-bit products use uint64.
+
+    Each round's words are let-bound, so an expression grows linearly with the rounds. Every
+    output word binds its own variables (a variable may be defined once in a function); the
+    repeated rounds are common subexpressions that the compiler computes once.
+    """
+    return [_philox_word(counter, key, word) for word in range(WORDS)]
+
+
+def _philox_word(
+    counter: list[tirx.PrimExpr], key: list[tirx.PrimExpr], output: int
+) -> tirx.PrimExpr:
     uint32 = "uint32"
     x = [tirx.Cast(uint32, word) for word in counter]
     k0, k1 = (tirx.Cast(uint32, word) for word in key)
     bindings: list[tuple[tirx.Var, tirx.PrimExpr]] = []
 
     def bind(name: str, value: tirx.PrimExpr, dtype: str = uint32) -> tirx.Var:
-        var = tirx.Var(name, dtype)
+        var = tirx.Var(f"{name}_w{output}", dtype)
         bindings.append((var, value))
         return var
 
@@ -73,13 +83,10 @@ def philox4x32_tir(counter: list[tirx.PrimExpr], key: list[tirx.PrimExpr]) -> li
             bind(f"x2_{round_index}", (product0 >> 32).astype(uint32) ^ x[3] ^ k1),
             bind(f"x3_{round_index}", _low_word(product0)),
         ]
-    outputs = []
-    for word in x:
-        expr: tirx.PrimExpr = word
-        for var, value in reversed(bindings):
-            expr = tirx.Let(var, value, expr)
-        outputs.append(expr)
-    return outputs
+    expr: tirx.PrimExpr = x[output]
+    for var, value in reversed(bindings):
+        expr = tirx.Let(var, value, expr)
+    return expr
 
 
 def _low_word(product: tirx.PrimExpr) -> tirx.PrimExpr:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
@@ -183,21 +184,35 @@ def status(
         def fetch() -> JobPublic | JobsPublic:
             return client.jobs(limit=limit) if job is None else client.job(job)
 
-        current = fetch()
         if as_json:
-            print(current.model_dump_json())
-            return
-        if not watch:
-            _out.print(_render(current))
-            return
+            print(fetch().model_dump_json())
+        elif watch:
+            _watch(fetch, interval)
+        else:
+            _out.print(_render(fetch()))
+
+
+def _watch(fetch: Callable[[], JobPublic | JobsPublic], interval: float) -> None:
+    """Refresh until the job ends (a list, until Ctrl-C): in place on a terminal; in a log, a new
+    view each time something changed."""
+    current = fetch()
+    if _out.is_terminal:
         with Live(_render(current), console=_out, auto_refresh=False) as live:
-            while job is None or not _ended(current):
+            while not _ended(current):
                 time.sleep(interval)
                 current = fetch()
                 live.update(_render(current), refresh=True)
+        return
+    _out.print(_render(current))
+    while not _ended(current):
+        time.sleep(interval)
+        previous, current = current, fetch()
+        if current != previous:
+            _out.print(_render(current))
 
 
 def _ended(current: JobPublic | JobsPublic) -> bool:
+    """Whether a watched job has ended; a list of jobs never does."""
     from server.schemas import JobPublic
 
     return isinstance(current, JobPublic) and current.status.final

@@ -454,6 +454,13 @@ def test_workloads_records_and_best_schedules(api: Api) -> None:
     untuned = api.as_client("GET", f"/api/v1/workloads/{key}/best", params={"target": "cuda"})
     assert untuned.status_code == 404 and "not tuned for any cuda" in _one_line(untuned)
 
+    client = ServiceClient("http://testserver", api.tokens[Role.CLIENT], http=api.http)
+    assert client.job_best(job["id"]).model_dump(mode="json") == by_job
+    assert client.workload_best(key, "llvm").record.to_view().median_secs == pytest.approx(2e-3)
+    assert client.workloads().data[0].key == key
+    assert client.records(key, "llvm", limit=1).data[0].median_secs == pytest.approx(3e-3)
+    assert "autosched_queue_depth 0" in client.metrics()
+
 
 def test_metrics_count_the_queue_workers_and_jobs(api: Api) -> None:
     api.register()

@@ -1,0 +1,84 @@
+"""`autosched bench kernels`: suites, the JSON of a tiny run, the chart and the calibration file."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from autosched.bench.kernels import SUITES, KernelRow, plot_rows, suite_cases
+from autosched.errors import UserError
+from autosched.roofline import Calibration, load_calibration, save_calibration
+from autosched.target import host_target
+from autosched.workloads import get_workload
+
+CALIBRATION = Calibration(
+    peak_gflops=100.0,
+    bandwidth_gbs=10.0,
+    fma_gflops=100.0,
+    matmul_gflops=80.0,
+    measured_at="2026-01-01T00:00:00+00:00",
+)
+
+
+def test_calibration_is_stored_per_target_and_read_back(tmp_path: Path) -> None:
+    path = tmp_path / "calibration.json"
+    assert load_calibration(host_target(), path) is None
+    save_calibration(host_target(), CALIBRATION, path)
+    assert load_calibration(host_target(), path) == CALIBRATION
+    assert load_calibration({"kind": "llvm", "mcpu": "skylake-avx512"}, path) is None
+    # 2 GFLOP at 100 GFLOP/s, or 1 GB at 10 GB/s: whichever takes longer
+    assert CALIBRATION.bound_secs(2e9, 1e8) == pytest.approx(0.02)
+    assert CALIBRATION.bound_secs(2e8, 1e9) == pytest.approx(0.1)
+
+
+def test_suites_name_valid_workloads_and_bad_requests_are_user_errors() -> None:
+    for cases in SUITES.values():
+        for case in cases:
+            assert get_workload(case.workload, case.params).flops
+    assert suite_cases(None, [], {}) == list(SUITES["smoke"])
+    assert suite_cases(None, ["matmul"], {"M": "8"})[0].params == {"M": "8"}
+    with pytest.raises(UserError, match="unknown suite 'huge'"):
+        suite_cases("huge", [], {})
+    with pytest.raises(UserError, match="not both"):
+        suite_cases("smoke", ["matmul"], {})
+    with pytest.raises(UserError, match="name a single workload"):
+        suite_cases(None, ["matmul", "softmax"], {"M": "8"})
+
+
+def test_bench_json_has_every_field_for_a_tiny_run(tmp_path: Path) -> None:
+    calibration = tmp_path / "calibration.json"
+    save_calibration(host_target(), CALIBRATION, calibration)
+    result = subprocess.run(
+        [sys.executable, "-m", "autosched", "bench", "kernels", "matmul", "-p", "M=16",
+         "-p", "N=16", "-p", "K=16", "--trials", "2", "--json", "--plot", "chart.png"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300,
+        env={**os.environ, "AUTOSCHED_CALIBRATION": str(calibration)},
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    document = json.loads(result.stdout)
+    assert document["calibration"]["peak_gflops"] == 100.0
+    (row,) = document["rows"]
+    assert set(row) == set(KernelRow.__dataclass_fields__)
+    assert row["workload"] == "matmul" and row["params"]["M"] == 16
+    assert row["peer"] == "numpy (OpenBLAS)" and row["note"] is None
+    for field in ("untuned_us", "tuned_us", "peer_us", "tuned_over_peer", "gflops"):
+        assert row[field] > 0, field
+    assert row["flops"] == 2 * 16**3 and row["min_bytes"] == 3 * 16 * 16 * 4
+    assert row["roofline_us"] == pytest.approx(max(2 * 16**3 / 100e3, 3072 / 10e3))
+    assert row["roofline_percent"] == pytest.approx(100 * row["roofline_us"] / row["tuned_us"])
+    assert row["tuned_over_peer"] == pytest.approx(row["tuned_us"] / row["peer_us"])
+    if (tmp_path / "chart.png").exists():
+        assert (tmp_path / "chart.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_chart_is_a_png(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib", reason="the chart needs matplotlib (the zoo extra)")
+    row = KernelRow("matmul", {"M": 8}, 1024.0, 768, 2, 10.0, 5.0, "numpy", 4.0, 1.25, 0.2,
+                    1.0, 20.0, None)  # fmt: skip
+    plot_rows([row, row], tmp_path / "chart.png")
+    assert (tmp_path / "chart.png").read_bytes()[:4] == b"\x89PNG"

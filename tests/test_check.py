@@ -1,0 +1,30 @@
+"""`autosched check` as a user runs it: the untuned program, a short tuning and the peer."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+
+def test_check_passes_untuned_tuned_and_peer_for_int8_vnni(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "autosched", "check", "matmul_int8", "-p", "M=16", "-p", "N=32",
+         "-p", "K=16", "-p", "layout=vnni", "--trials", "4", "--json"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    stages = {row["stage"]: row for row in json.loads(result.stdout)}
+    assert set(stages) == {"untuned", "tuned", "peer"}
+    assert all(row["ok"] for row in stages.values()), stages
+    assert "matches the reference" in stages["tuned"]["detail"]
+
+
+def test_check_of_an_unknown_workload_is_a_one_line_error(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "autosched", "check", "no_such_kernel"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 2
+    assert "unknown workload 'no_such_kernel'" in result.stderr

@@ -5,12 +5,9 @@ Bad input ends with a one-line error and exit code 2, before anything is written
 
 from __future__ import annotations
 
-import contextlib
 import json
-import signal
 import sys
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated
 
@@ -24,6 +21,7 @@ from autosched import service_cli
 from autosched.bench.cli import bench_app
 from autosched.cli_options import DbOpt, FileOpt, JsonOpt, ParamOpt, WorkloadArg
 from autosched.errors import Cancelled, ServiceUnavailable, UserError
+from autosched.signals import stop_on_signals
 
 app = typer.Typer(
     name="autosched",
@@ -110,7 +108,7 @@ def tune(
         progress.update(task, completed=update.trials_done, best=best, failed=update.failed)
 
     try:
-        with progress, _stop_on_signals(stop):
+        with progress, stop_on_signals(stop, "the batch in flight is dropped"):
             report = run_tuning(spec, target_json, log, measurer, options, on_progress, stop)
     except Cancelled:
         _err.print("interrupted: measurements of completed batches are kept in the log")
@@ -122,24 +120,6 @@ def tune(
         print(json.dumps(report.as_json()))
         return
     _print_report(report)
-
-
-@contextlib.contextmanager
-def _stop_on_signals(stop: threading.Event) -> Iterator[None]:
-    """SIGINT or SIGTERM asks the work to stop at its next safe point; a second one aborts."""
-
-    def request_stop(signum: int, _frame: object) -> None:
-        if stop.is_set():
-            raise KeyboardInterrupt
-        stop.set()
-        _err.print(f"{signal.Signals(signum).name}: stopping; the batch in flight is dropped")
-
-    previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
 
 
 def _print_report(report) -> None:
@@ -333,6 +313,8 @@ app.add_typer(bench_app, name="bench")
 app.command()(service_cli.serve)
 app.command()(service_cli.submit)
 app.command()(service_cli.status)
+app.command()(service_cli.worker)
+app.command()(service_cli.engine)
 app.add_typer(service_cli.token_app)
 
 

@@ -98,6 +98,71 @@ def _background(settings: Settings, local_worker: bool) -> list[ServiceFactory]:
     return services
 
 
+WorkerTokenOpt = Annotated[
+    str | None,
+    typer.Option("--token", envvar="AUTOSCHED_WORKER_TOKEN", help="A worker token of the server."),
+]
+
+
+def worker(
+    server: ServerOpt = DEFAULT_SERVER,
+    token: WorkerTokenOpt = None,
+    target: Annotated[
+        str,
+        typer.Option(
+            help='"auto" (this machine\'s GPU if it has one, else its CPU), "llvm", "cuda", '
+            "or target JSON."
+        ),
+    ] = "auto",
+    device: Annotated[int, typer.Option(min=0, help="Index of the GPU to measure on.")] = 0,
+    batch: Annotated[int, typer.Option(min=1, max=1024, help="Candidates per lease.")] = 8,
+) -> None:
+    """Measure candidates for a server: lease, build and time them here, report; until SIGTERM."""
+    import threading
+
+    from autosched.measure import MeasureConfig
+    from autosched.signals import stop_on_signals
+    from workers.daemon import WorkerDaemon
+
+    target_json = _worker_target(target)
+    stop = threading.Event()
+    with _client(server, token) as client, stop_on_signals(stop, "the lease in hand is released"):
+        daemon = WorkerDaemon(
+            client, target_json, batch=batch, config=MeasureConfig(device_index=device)
+        )
+        daemon.run(stop)
+
+
+def _worker_target(text: str) -> dict[str, Any]:
+    from autosched.target import host_target, parse_target
+
+    if text != "auto":
+        return parse_target(text)
+    try:
+        return parse_target("cuda")
+    except UserError:  # no GPU here
+        return host_target()
+
+
+def engine(db: DbOpt = None) -> None:
+    """Run a search engine alone, to scale out: it drives the jobs submitted to the log."""
+    import threading
+
+    from autosched.log import TuningLog
+    from autosched.log.queue import WorkQueue
+    from autosched.signals import stop_on_signals
+    from server.engine import Engine
+    from server.settings import Settings
+
+    settings = Settings.from_env(db_url=db)
+    stop = threading.Event()
+    with TuningLog(settings.db_url) as log, stop_on_signals(stop, "jobs are left to other engines"):
+        queue = WorkQueue(
+            log, lease_secs=settings.lease_secs, worker_timeout_secs=settings.worker_timeout_secs
+        )
+        Engine(log, queue, claim_secs=settings.claim_secs).run(stop)
+
+
 def submit(
     workload: WorkloadArg = "matmul",
     param: ParamOpt = None,

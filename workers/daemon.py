@@ -14,6 +14,7 @@ import os
 import socket
 import threading
 from collections.abc import Callable, Iterator, Sequence
+from datetime import UTC, datetime
 from typing import Protocol, TypeVar
 
 from autosched.background import BackgroundLoop
@@ -26,6 +27,7 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 MAX_BACKOFF_SECS = 30.0
+MIN_HEARTBEAT_SECS = 0.5
 
 
 class WorkSource(Protocol):
@@ -55,7 +57,6 @@ class WorkerDaemon(BackgroundLoop):
         measurer: measures the candidates; by default isolated processes on this machine
             (`LocalMeasurer` with ``config``), cancelled when the daemon is stopped.
         poll_secs: the longest pause between asks for work while none is queued.
-        heartbeat_secs: interval of heartbeats while measuring (well under the lease time).
     """
 
     def __init__(
@@ -68,7 +69,6 @@ class WorkerDaemon(BackgroundLoop):
         measurer: Measurer | None = None,
         name: str | None = None,
         poll_secs: float = 1.0,
-        heartbeat_secs: float = 10.0,
     ) -> None:
         self._source = source
         self._target = target
@@ -77,7 +77,6 @@ class WorkerDaemon(BackgroundLoop):
         self._measurer = measurer
         self.name = name or f"{socket.gethostname()}-{os.getpid()}"
         self._poll_secs = poll_secs
-        self._heartbeat_secs = heartbeat_secs
         self.worker_id: int | None = None
 
     def run(self, stop: threading.Event) -> None:
@@ -110,7 +109,7 @@ class WorkerDaemon(BackgroundLoop):
 
     def _serve(self, worker_id: int, lease: Lease, measurer: Measurer) -> None:
         try:
-            with self._heartbeats(worker_id):
+            with self._heartbeats(worker_id, lease):
                 results = measure_lease(measurer, lease.candidates)
         except Cancelled:
             self._retry(lambda: self._source.release(worker_id, lease.id), threading.Event(), 3)
@@ -121,11 +120,14 @@ class WorkerDaemon(BackgroundLoop):
         logger.info("lease %d reported: %s", lease.id, outcome)
 
     @contextlib.contextmanager
-    def _heartbeats(self, worker_id: int) -> Iterator[None]:
+    def _heartbeats(self, worker_id: int, lease: Lease) -> Iterator[None]:
+        """Heartbeat while measuring: three times per lease period, so a late beat is harmless."""
+        period = (lease.expires_at - datetime.now(UTC)).total_seconds()
+        interval = max(MIN_HEARTBEAT_SECS, period / 3)
         done = threading.Event()
 
         def beat() -> None:
-            while not done.wait(self._heartbeat_secs):
+            while not done.wait(interval):
                 with contextlib.suppress(ServiceUnavailable):
                     self._source.heartbeat(worker_id)
 

@@ -1,0 +1,248 @@
+"""The tuning service end to end: real server, engine and worker processes over loopback HTTP.
+
+Jobs are submitted and followed with a plain HTTP client; workers are `autosched worker`
+processes; faults are real: `kill -9` of a worker holding a lease, and of the server mid-job.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from autosched.log import TuningLog
+from autosched.target import target_key
+
+API = "/api/v1"
+MATMUL = {"name": "matmul", "params": {"M": 32, "N": 32, "K": 32}}
+SOFTMAX = {"name": "softmax", "params": {"rows": 8, "cols": 32}}
+FAST_SERVICE = {"AUTOSCHED_LEASE_SECS": "4", "AUTOSCHED_CLAIM_SECS": "4"}
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _wait_for(condition: Callable[[], bool], what: str, timeout: float = 300) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.3)
+
+
+class Service:
+    """The processes of one service: a server (API and engine) and workers, all on this machine."""
+
+    def __init__(self, db_url: str, workdir: Path) -> None:
+        self.db_url = db_url
+        self.workdir = workdir
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.env = {**os.environ, **FAST_SERVICE}
+        self.client_token = self._token("client")
+        self.worker_token = self._token("worker")
+        self.http = httpx.Client(
+            base_url=self.url + API,
+            headers={"Authorization": f"Bearer {self.client_token}"},
+            timeout=30,
+        )
+        self.server: subprocess.Popen[bytes] | None = None
+        self.workers: list[subprocess.Popen[bytes]] = []
+
+    def _token(self, role: str) -> str:
+        result = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "autosched",
+                "token",
+                "create",
+                "--role",
+                role,
+                "--db",
+                self.db_url,
+                "--json",
+            ],
+            capture_output=True,
+            text=True,
+            env=self.env,
+            check=True,
+            cwd=self.workdir,
+        )
+        return json.loads(result.stdout)["token"]
+
+    def start_server(self) -> None:
+        self.server = self._spawn("server", "serve", "--db", self.db_url, "--port", str(self.port))
+        _wait_for(self._healthy, "the server to answer")
+
+    def _healthy(self) -> bool:
+        assert self.server is not None and self.server.poll() is None, "the server died"
+        try:
+            return httpx.get(f"{self.url}/healthz", timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def start_worker(self) -> subprocess.Popen[bytes]:
+        """Start a worker and wait until the server has heard from it."""
+        args = ["--server", self.url, "--token", self.worker_token, "--batch", "2"]
+        worker = self._spawn(f"worker{len(self.workers)}", "worker", *args)
+        self.workers.append(worker)
+        alive = sum(process.poll() is None for process in self.workers)
+        _wait_for(lambda: self._workers_alive() >= alive, "the worker to register")
+        return worker
+
+    def _workers_alive(self) -> float:
+        for line in httpx.get(f"{self.url}/metrics").text.splitlines():
+            if line.startswith("autosched_workers_alive "):
+                return float(line.split()[1])
+        raise AssertionError("no autosched_workers_alive metric")
+
+    def _spawn(self, name: str, *args: str) -> subprocess.Popen[bytes]:
+        log = open(self.workdir / f"{name}.log", "ab")  # noqa: SIM115 (closed with the process)
+        return subprocess.Popen(
+            [sys.executable, "-m", "autosched", *args],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=self.env,
+            cwd=self.workdir,
+        )
+
+    def submit(self, workload: dict, trials: int, batch_size: int, seed: int) -> int:
+        body = {
+            "workload": workload,
+            "target": "llvm",
+            "trials": trials,
+            "batch_size": batch_size,
+            "seed": seed,
+        }
+        response = self.http.post("/jobs", json=body)
+        assert response.status_code == 201, response.text
+        return response.json()["id"]
+
+    def job(self, job_id: int) -> dict:
+        response = self.http.get(f"/jobs/{job_id}")
+        assert response.status_code == 200, response.text
+        return response.json()
+
+    def wait_until_ended(self, *jobs: int) -> None:
+        ended = ("finished", "cancelled", "failed", "interrupted")
+        _wait_for(lambda: all(self.job(job)["status"] in ended for job in jobs), "the jobs")
+
+    def stop(self) -> None:
+        self.http.close()
+        for process in [*self.workers, self.server]:
+            if process is not None and process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+        for process in [*self.workers, self.server]:
+            if process is not None:
+                try:
+                    process.wait(timeout=60)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+
+
+@pytest.fixture
+def service(db_url: str, tmp_path: Path) -> Iterator[Service]:
+    running = Service(db_url, tmp_path)
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+def _ids(log: TuningLog, job: dict) -> tuple[int, int]:
+    workload = log.find_workload(job["workload"]["key"])
+    target = log.find_target(target_key(job["target"]["target_json"]))
+    assert workload is not None and target is not None
+    return workload.id, target.id
+
+
+def _assert_fully_measured_once(service: Service, job: dict) -> None:
+    """The job measured its budget, every program once; the API's records are the log's."""
+    assert job["status"] == "finished" and job["trials_done"] == job["trials"], job
+    with TuningLog(service.db_url) as log:
+        records = log.records(*_ids(log, job))
+    hashes = [r.program_hash for r in records]
+    assert len(hashes) == len(set(hashes)) == job["trials"] + 1  # and the untuned baseline
+    served = service.http.get(
+        "/records",
+        params={
+            "workload": job["workload"]["key"],
+            "target": job["target"]["key"],
+            "limit": 1000,
+        },
+    )
+    assert served.status_code == 200, served.text
+    served_ids = sorted(item["candidate_id"] for item in served.json()["data"])
+    assert served_ids == sorted(r.candidate_id for r in records)
+
+
+def test_jobs_are_tuned_through_the_api_sharing_the_workers(service: Service) -> None:
+    service.start_server()
+    service.start_worker()
+    service.start_worker()
+    matmul = service.submit(MATMUL, trials=6, batch_size=3, seed=1)
+    softmax = service.submit(SOFTMAX, trials=6, batch_size=3, seed=2)
+    cancelled = service.submit(
+        {"name": "matmul", "params": {"M": 48, "N": 48, "K": 48}}, trials=500, batch_size=4, seed=3
+    )
+    assert service.http.post(f"/jobs/{cancelled}/cancel").json()["status"] == "cancelled"
+    service.wait_until_ended(matmul, softmax)
+    jobs = [service.job(matmul), service.job(softmax)]
+    for job in jobs:
+        _assert_fully_measured_once(service, job)
+        assert job["best_latency_secs"] is not None and job["curve"]
+        best = service.http.get(f"/jobs/{job['id']}/best").json()
+        assert "T.prim_func" in best["tvmscript"]
+    # the jobs ran side by side: each was measured before the other ended
+    with TuningLog(service.db_url) as log:
+        times = [[r.measured_at for r in log.records(*_ids(log, job))] for job in jobs]
+    assert min(times[0]) < max(times[1]) and min(times[1]) < max(times[0])
+    stopped = service.job(cancelled)
+    assert stopped["status"] == "cancelled" and stopped["trials_done"] <= 4
+
+
+# Fault tests run on PostgreSQL, the production queue; the happy path runs on both backends.
+on_postgresql = pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)
+
+
+@on_postgresql
+def test_a_killed_workers_lease_is_measured_by_another_worker(service: Service) -> None:
+    service.start_server()
+    doomed = service.start_worker()
+    job = service.submit(MATMUL, trials=6, batch_size=2, seed=4)
+    _wait_for(
+        lambda: "autosched_leases_active 1" in httpx.get(f"{service.url}/metrics").text,
+        "the worker to hold a lease",
+    )
+    doomed.send_signal(signal.SIGKILL)
+    doomed.wait()
+    service.start_worker()
+    service.wait_until_ended(job)
+    _assert_fully_measured_once(service, service.job(job))
+
+
+@on_postgresql
+def test_a_job_resumes_after_the_server_is_killed(service: Service) -> None:
+    service.start_server()
+    service.start_worker()
+    job = service.submit(MATMUL, trials=8, batch_size=2, seed=5)
+    _wait_for(lambda: service.job(job)["trials_done"] >= 2, "the first measurements")
+    assert service.server is not None
+    service.server.send_signal(signal.SIGKILL)
+    service.server.wait()
+    service.start_server()
+    service.wait_until_ended(job)
+    _assert_fully_measured_once(service, service.job(job))

@@ -19,6 +19,9 @@ DTYPE = "float32"
 UNSHARP_SIGMA = 1.5
 UNSHARP_RADIUS = 3  # 7 taps, two sigmas either side
 HARRIS_K = 0.04
+# Gradients are scaled by 1/12 (OpenCV's 1 / (2**(ksize - 1) * block_size)), which keeps the
+# response's float32 rounding error, from det - k * trace^2 cancelling, small in absolute terms.
+HARRIS_GRADIENT_SCALE = 1 / 12
 
 
 def _image_params(height: int, width: int) -> tuple[Param, Param]:
@@ -112,14 +115,15 @@ def unsharp_mask(H: int, W: int) -> Workload:
 
 @register_workload(
     "harris_corner",
-    "Harris corner response of an H x W image: 3x3 Sobel gradients, 3x3 box sums of their "
-    "products, det - 0.04 * trace^2",
+    "Harris corner response of an H x W image: 3x3 Sobel gradients (scaled by 1/12, as OpenCV), "
+    "3x3 box sums of their products, det - 0.04 * trace^2",
     *_image_params(2048, 2048),
 )
 def harris_corner(H: int, W: int) -> Workload:
     _check_fits("harris_corner", H, W, 2)
     image = te.placeholder((H, W), DTYPE, name="image")
     two = tirx.const(2, DTYPE)
+    scale = tirx.const(HARRIS_GRADIENT_SCALE, DTYPE)
 
     def column_difference(y: tirx.Var, x: tirx.Var) -> tirx.PrimExpr:
         return image[y, x + 2] - image[y, x]
@@ -130,16 +134,20 @@ def harris_corner(H: int, W: int) -> Workload:
     grad_x = te.compute(
         (H - 2, W - 2),
         lambda y, x: (
-            column_difference(y, x)
-            + two * column_difference(y + 1, x)
-            + column_difference(y + 2, x)
+            (
+                column_difference(y, x)
+                + two * column_difference(y + 1, x)
+                + column_difference(y + 2, x)
+            )
+            * scale
         ),
         name="grad_x",
     )
     grad_y = te.compute(
         (H - 2, W - 2),
         lambda y, x: (
-            row_difference(y, x) + two * row_difference(y, x + 1) + row_difference(y, x + 2)
+            (row_difference(y, x) + two * row_difference(y, x + 1) + row_difference(y, x + 2))
+            * scale
         ),
         name="grad_y",
     )
@@ -168,7 +176,7 @@ def harris_corner(H: int, W: int) -> Workload:
 
     def reference(inputs: list[np.ndarray]) -> list[np.ndarray]:
         pixels = inputs[0].astype(np.float64)
-        sobel_x = np.array([[-1, 0, 1], [-2, 0, 2], [-1, 0, 1]], np.float64)
+        sobel_x = np.array([[-1, 0, 1], [-2, 0, 2], [-1, 0, 1]]) * HARRIS_GRADIENT_SCALE
         windows = sliding_window_view(pixels, (3, 3))
         gx = np.einsum("yxij,ij->yx", windows, sobel_x)
         gy = np.einsum("yxij,ij->yx", windows, sobel_x.T)
@@ -179,10 +187,10 @@ def harris_corner(H: int, W: int) -> Workload:
         xx, yy, xy = box(gx * gx), box(gy * gy), box(gx * gy)
         return [(xx * yy - xy * xy - HARRIS_K * (xx + yy) ** 2).astype(DTYPE)]
 
-    # Per gradient pixel: five additions and a multiply for each of the two Sobel filters; per
+    # Per gradient pixel: five additions and two multiplies for each of the two Sobel filters; per
     # output pixel: nine products and eight additions for each of the three box sums (51), and
     # the response: three multiplies, two subtractions, an addition and the scaling by k (7).
-    flops = 12 * (H - 2) * (W - 2) + 58 * (H - 4) * (W - 4)
+    flops = 14 * (H - 2) * (W - 2) + 58 * (H - 4) * (W - 4)
     return workload_from_te(
         "harris_corner", {"H": H, "W": W}, [image, response], flops=flops, reference=reference
     )

@@ -29,15 +29,13 @@ class Peer:
 
     Exactly one of ``bind`` and ``workload`` is set. ``bind`` takes the workload's inputs and
     returns the call to time (preparation such as layout changes or dequantising weights happens
-    in ``bind``, untimed); its outputs match the workload's after ``to_outputs``, which exists for
-    peers that compute a scaled result (OpenCV's Harris response). ``fallback`` says why the
+    in ``bind``, untimed), whose outputs match the workload's. ``fallback`` says why the
     preferred library was not used, when it was not.
     """
 
     name: str
     bind: Bind | None = None
     workload: Workload | None = None
-    to_outputs: Callable[[Outputs], Outputs] | None = None
     fallback: str | None = None
 
 
@@ -309,11 +307,11 @@ def _opencv() -> ModuleType | None:
     return _optional("cv2")
 
 
-def _image_peer(workload: Workload, opencv: Bind, scipy: Bind, **extra: object) -> Peer:
+def _image_peer(workload: Workload, opencv: Bind, scipy: Bind) -> Peer:
     cv2 = _opencv()
     if cv2 is None:
         return Peer("scipy.ndimage", scipy, fallback="opencv-python-headless is not installed")
-    return Peer(f"opencv {cv2.__version__}", opencv, **extra)  # type: ignore[arg-type]
+    return Peer(f"opencv {cv2.__version__}", opencv)
 
 
 def _blur3x3(workload: Workload) -> Peer:
@@ -359,13 +357,8 @@ def _unsharp_mask(workload: Workload) -> Peer:
     return _image_peer(workload, opencv, scipy)
 
 
-# OpenCV scales its Sobel derivatives by 1 / (2**(ksize - 1) * block_size) = 1/12 for a float
-# image, so its response (fourth powers of derivatives) is the workload's divided by 12**4.
-_OPENCV_HARRIS_SCALE = np.float32(12.0**4)
-
-
 def _harris_corner(workload: Workload) -> Peer:
-    from autosched.workloads.image import HARRIS_K
+    from autosched.workloads.image import HARRIS_GRADIENT_SCALE, HARRIS_K
 
     def opencv(inputs: list[np.ndarray]) -> Callable[[], Outputs]:
         cv2 = _opencv()
@@ -378,16 +371,13 @@ def _harris_corner(workload: Workload) -> Peer:
         image = inputs[0]
 
         def run() -> Outputs:
-            gx, gy = ndimage.sobel(image, axis=1), ndimage.sobel(image, axis=0)
+            gx, gy = (HARRIS_GRADIENT_SCALE * ndimage.sobel(image, axis=a) for a in (1, 0))
             xx, yy, xy = (9 * ndimage.uniform_filter(p, 3) for p in (gx * gx, gy * gy, gx * gy))
             return [(xx * yy - xy * xy - HARRIS_K * (xx + yy) ** 2)[2:-2, 2:-2]]
 
         return run
 
-    def rescale(outputs: Outputs) -> Outputs:
-        return [outputs[0] * _OPENCV_HARRIS_SCALE]
-
-    return _image_peer(workload, opencv, scipy, to_outputs=rescale)
+    return _image_peer(workload, opencv, scipy)
 
 
 _PEERS: dict[str, Callable[[Workload], Peer]] = {

@@ -18,10 +18,11 @@ from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 from tvm.s_tir.meta_schedule.database import JSONDatabase, TuningRecord
 
 from autosched.errors import UserError
+from autosched.intrinsics import use_tensor_intrinsics
 from autosched.log import TuningLog
 from autosched.records import RecordView
-from autosched.schedule import apply_trace, use_tensor_intrinsics
-from autosched.target import canonical_target, target_key, target_kind, to_tvm_target
+from autosched.schedule import apply_trace
+from autosched.target import canonical_target, target_key, to_tvm_target
 from autosched.workload import Workload
 
 
@@ -65,7 +66,7 @@ def best_schedule(log: TuningLog, workload: Workload, target: dict) -> BestSched
 
 def replay(workload: Workload, target: dict, record: RecordView) -> BestSchedule:
     """The schedule of ``record`` (a record of ``workload`` on ``target``), replayed."""
-    use_tensor_intrinsics(target_kind(target))
+    use_tensor_intrinsics(target)
     return BestSchedule(workload, target, record, apply_trace(workload.mod, record.trace_json))
 
 

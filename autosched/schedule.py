@@ -7,10 +7,7 @@ of its MetaSchedule trace; replaying that text onto the workload's module gives 
 from __future__ import annotations
 
 import hashlib
-import importlib
-import importlib.util
 import json
-import sys
 from typing import Any
 
 from tvm.ir import IRModule
@@ -32,33 +29,6 @@ def _plain(value: Any) -> Any:
 
 # The trace of the unscheduled program: it replays to the workload as written (the baseline).
 BASELINE_TRACE = "[[],[]]"
-
-# Tensor intrinsics each target kind's schedule rules may tensorize with. Importing TVM's
-# `tvm.s_tir.tensor_intrin` package registers those of every kind, which takes seconds (CUDA's alone
-# over ten), and MetaSchedule imports it whenever a TuneContext is made.
-_INTRINSIC_MODULES = {
-    "llvm": ("x86", "arm_cpu", "riscv_cpu"),
-    "cuda": ("cuda",),
-    "rocm": ("rocm",),
-    "metal": ("metal",),
-    "hexagon": ("hexagon",),
-}
-_INTRINSIC_PACKAGE = "tvm.s_tir.tensor_intrin"
-
-
-def use_tensor_intrinsics(target_kind: str) -> None:
-    """Register the tensor intrinsics of ``target_kind``, and no others.
-
-    Call before making a TuneContext or replaying a trace for that kind. The intrinsic package is
-    entered without running its ``__init__``, so MetaSchedule's own import of it is then a no-op.
-    """
-    if _INTRINSIC_PACKAGE not in sys.modules:
-        spec = importlib.util.find_spec(_INTRINSIC_PACKAGE)
-        assert spec is not None and spec.submodule_search_locations is not None
-        package = importlib.util.module_from_spec(spec)
-        sys.modules[_INTRINSIC_PACKAGE] = package
-    for name in _INTRINSIC_MODULES.get(target_kind, ()):
-        importlib.import_module(f"{_INTRINSIC_PACKAGE}.{name}")
 
 
 def trace_to_json(trace: Trace) -> str:

@@ -60,10 +60,12 @@ class JobDriver:
     def advance(self) -> bool:
         """Learn from new measurements and keep the queue fed; False once the job has ended."""
         self._learn()
+        # Outstanding first: a candidate measured in between then counts twice, never zero times,
+        # so the job never queues more than its budget.
+        outstanding = self._queue.outstanding(self.job_id)
         progress = self._queue.job(self.job_id)
         if progress.status.final:
             return False
-        outstanding = self._queue.outstanding(self.job_id)
         if progress.trials_done >= self._trials or (
             self._stale >= _STALE_PROPOSALS and outstanding == 0
         ):

@@ -13,7 +13,7 @@ from tvm.s_tir.meta_schedule.runner import RunnerResult
 
 from autosched.costmodel import SearchCostModel, XGBCostModel
 from autosched.costmodel.features import FEATURE_WIDTH, candidate_features
-from autosched.schedule import use_tensor_intrinsics
+from autosched.intrinsics import use_tensor_intrinsics
 from autosched.target import host_target, to_tvm_target
 from autosched.workloads import get_workload
 
@@ -21,7 +21,7 @@ from autosched.workloads import get_workload
 @pytest.fixture(scope="module")
 def sampled():
     """A tuning context and 96 candidate programs sampled from matmul's design space."""
-    use_tensor_intrinsics("llvm")
+    use_tensor_intrinsics(host_target())
     context = TuneContext(
         mod=get_workload("matmul", {"M": 128, "N": 128, "K": 128}).mod,
         target=to_tvm_target(host_target()),

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import tvm
+from test_workloads import SMALL, assert_matches_reference, run_unscheduled
 
 from autosched.check import check_peer
 from autosched.errors import UserError
@@ -13,7 +14,6 @@ from autosched.workload import Workload, random_inputs
 from autosched.workloads import get_workload, workload_specs
 from autosched.workloads.nn import MOBILENET_V2_DEPTHWISE, RESNET50_LAYERS
 from autosched.workloads.peers import has_peer
-from tests.test_workloads import SMALL, assert_matches_reference, run_unscheduled
 
 
 def test_every_workload_has_a_peer_that_agrees_with_its_reference() -> None:
@@ -136,12 +136,14 @@ def test_vnni_layout_tensorises_with_a_working_intrinsic() -> None:
     """MetaSchedule's design space for the vnni layout uses the VNNI dot product, and it builds."""
     from tvm.s_tir.meta_schedule import TuneContext
 
+    from autosched.intrinsics import use_tensor_intrinsics
     from autosched.target import host_target, to_tvm_target
 
     target = host_target()
     if not tvm.target.codegen.target_has_features("avx512vnni", to_tvm_target(target)):
         pytest.skip("this CPU has no AVX-512 VNNI")
     workload = get_workload("matmul_int8", {"M": 16, "N": 32, "K": 16, "layout": "vnni"})
+    use_tensor_intrinsics(target)
     context = TuneContext(
         mod=workload.mod, target=to_tvm_target(target), space_generator="post-order-apply"
     )

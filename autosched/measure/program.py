@@ -12,10 +12,11 @@ from dataclasses import dataclass
 import numpy as np
 import tvm
 
+from autosched.intrinsics import use_tensor_intrinsics
 from autosched.measure.config import MeasureConfig
 from autosched.records import WorkloadRef
-from autosched.schedule import apply_trace, use_tensor_intrinsics
-from autosched.target import target_kind, to_tvm_target
+from autosched.schedule import apply_trace
+from autosched.target import to_tvm_target
 from autosched.workload import Workload, random_inputs, resolve_workload, tolerance
 
 TIMING_SEED = 0
@@ -67,7 +68,7 @@ class BuildRequest:
 
     def execute(self) -> float:
         start = time.perf_counter()
-        use_tensor_intrinsics(target_kind(self.target))
+        use_tensor_intrinsics(self.target)
         sch = apply_trace(_workload(self.workload).mod, self.trace_json)
         tvm.compile(sch.mod, target=to_tvm_target(self.target)).export_library(self.artifact_path)
         return time.perf_counter() - start

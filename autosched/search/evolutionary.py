@@ -19,10 +19,11 @@ from tvm.s_tir.meta_schedule.search_strategy import MeasureCandidate
 from tvm.tirx import FloatImm
 
 from autosched.costmodel import SearchCostModel
+from autosched.intrinsics import use_tensor_intrinsics
 from autosched.records import MeasureResult, RecordView
-from autosched.schedule import apply_trace, program_hash, trace_to_json, use_tensor_intrinsics
+from autosched.schedule import apply_trace, program_hash, trace_to_json
 from autosched.search.base import Proposal
-from autosched.target import target_kind, to_tvm_target
+from autosched.target import to_tvm_target
 from autosched.workload import Workload
 
 # Trials the underlying strategy may hand out in all; our loop stops on its own budget first.
@@ -75,7 +76,7 @@ class EvolutionarySearch:
     ) -> None:
         self._workload = workload
         self._cost_model = cost_model
-        use_tensor_intrinsics(target_kind(target))
+        use_tensor_intrinsics(target)
         self._context = TuneContext(
             mod=workload.mod,
             target=to_tvm_target(target),

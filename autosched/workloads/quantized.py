@@ -12,7 +12,6 @@ from tvm import te, tirx
 from autosched.errors import UserError
 from autosched.workload import Workload, workload_from_te
 from autosched.workloads._common import accumulation_dtype, dtype_param
-from autosched.workloads._intrinsics import register_vnni_intrinsic
 from autosched.workloads._registry import Param, register_workload
 
 INT4_PER_BYTE = 2
@@ -91,8 +90,6 @@ def matmul_int4_weight(M: int, N: int, K: int, group: int, dtype: str) -> Worklo
         reference=reference,
     )
 
-
-register_vnni_intrinsic()  # MetaSchedule tensorises the vnni layout with it where the CPU has VNNI
 
 VNNI_LANES = 16  # int32 accumulators of one 512-bit VNNI dot product
 VNNI_DEPTH = 4  # int8 products summed into each accumulator

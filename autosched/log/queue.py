@@ -38,6 +38,7 @@ from autosched.log.models import (
 from autosched.log.models import (
     Lease as LeaseRow,
 )
+from autosched.log.models import Workload as WorkloadRow
 from autosched.log.store import JobStatus, TargetInfo, TuningLog, WorkloadInfo, record_view
 from autosched.records import ErrorKind, MeasureResult, RecordView, WorkloadRef
 from autosched.schedule import BASELINE_TRACE
@@ -138,6 +139,9 @@ class WorkQueue:
         self._sessions = log.sessions
         self._lease = timedelta(seconds=lease_secs)
         self._worker_timeout = timedelta(seconds=worker_timeout_secs)
+        # Leasing looks for expired leases at most this often (a lease outlives it by far).
+        self._expiry_interval = min(timedelta(seconds=1), self._lease / 4)
+        self._next_expiry = utcnow()
 
     # Jobs, as clients see them.
 
@@ -360,9 +364,16 @@ class WorkQueue:
         """Hand up to ``n`` queued candidates of the worker's target to it; None if none wait."""
         now = utcnow()
         with self._sessions.begin() as session:
-            worker = _worker(session, worker_id)
-            worker.heartbeat_at = now
-            self._expire(session, now)
+            target_id = session.scalar(
+                update(Worker)
+                .where(Worker.id == worker_id)
+                .values(heartbeat_at=now)
+                .returning(Worker.target_id)
+            )
+            if target_id is None:
+                raise UserError(f"no worker with id {worker_id}; register first")
+            if now >= self._next_expiry:
+                self._expire(session, now)
             lease = LeaseRow(
                 worker_id=worker_id, created_at=now, expires_at=now + self._lease, state="active"
             )
@@ -373,7 +384,7 @@ class WorkQueue:
                 .join(TuningJob, TuningJob.id == Candidate.job_id)
                 .where(
                     Candidate.state == "queued",
-                    Candidate.target_id == worker.target_id,
+                    Candidate.target_id == target_id,
                     TuningJob.status == JobStatus.RUNNING.value,
                 )
                 .order_by(Candidate.queue_position, Candidate.id)
@@ -402,10 +413,14 @@ class WorkQueue:
         """
         requeued = poisoned = 0
         with self._sessions.begin() as session:
-            worker = _worker(session, worker_id)
-            lease = session.get(LeaseRow, lease_id)
-            if lease is None or lease.worker_id != worker_id:
+            found = session.execute(
+                select(LeaseRow, Worker.device_id)
+                .join(Worker, Worker.id == LeaseRow.worker_id)
+                .where(LeaseRow.id == lease_id, LeaseRow.worker_id == worker_id)
+            ).one_or_none()
+            if found is None:
                 raise UserError(f"worker {worker_id} holds no lease {lease_id}")
+            lease, device_id = found
             open_candidates = {
                 candidate.id: candidate
                 for candidate in session.scalars(
@@ -428,7 +443,7 @@ class WorkQueue:
                     requeued += not struck
                 else:
                     measured.append(item)
-            stored = self._store(session, open_candidates, measured, worker.device_id)
+            stored = self._store(session, open_candidates, measured, device_id)
             if lease.state == "active":
                 lease.state = "reported"
                 self._requeue_unreported(session, lease_id)
@@ -480,8 +495,21 @@ class WorkQueue:
     # Internals.
 
     def _leased(self, session: Session, candidate_ids: Sequence[int]) -> list[LeasedCandidate]:
+        """The leased candidates with their workload, target and best latency, in one query."""
         rows = session.execute(
-            select(Candidate, BestRecord.median_secs)
+            select(
+                Candidate.id,
+                Candidate.job_id,
+                Candidate.trace_json,
+                WorkloadRow.name,
+                WorkloadRow.params,
+                WorkloadRow.key,
+                WorkloadRow.source,
+                Target.target_json,
+                BestRecord.median_secs,
+            )
+            .join(WorkloadRow, WorkloadRow.id == Candidate.workload_id)
+            .join(Target, Target.id == Candidate.target_id)
             .outerjoin(
                 BestRecord,
                 (BestRecord.workload_id == Candidate.workload_id)
@@ -490,22 +518,17 @@ class WorkQueue:
             .where(Candidate.id.in_(candidate_ids))
             .order_by(Candidate.queue_position, Candidate.id)
         ).all()
-        leased = []
-        for candidate, best in rows:
-            workload = self._log.workload_by_id(session, candidate.workload_id)
-            target = session.get(Target, candidate.target_id)
-            assert target is not None and candidate.job_id is not None
-            leased.append(
-                LeasedCandidate(
-                    candidate_id=candidate.id,
-                    job_id=candidate.job_id,
-                    workload=workload.ref,
-                    target=target.target_json,
-                    trace_json=candidate.trace_json,
-                    best_latency_secs=best,
-                )
+        return [
+            LeasedCandidate(
+                candidate_id=row.id,
+                job_id=row.job_id,
+                workload=WorkloadRef(row.name, dict(row.params), row.key, row.source),
+                target=row.target_json,
+                trace_json=row.trace_json,
+                best_latency_secs=row.median_secs,
             )
-        return leased
+            for row in rows
+        ]
 
     def _store(
         self,
@@ -603,6 +626,7 @@ class WorkQueue:
         )
 
     def _expire(self, session: Session, now: datetime) -> int:
+        self._next_expiry = now + self._expiry_interval
         expired = session.scalars(
             update(LeaseRow)
             .where(LeaseRow.state == "active", LeaseRow.expires_at < now)

@@ -388,6 +388,9 @@ def test_records_ok_only_lists_error_free_timings_fastest_first(log: TuningLog, 
     assert [record.program_hash for record in fastest] == ["a", "b", "c"]
     limited = log.records(job.workload_id, job.target_id, ok_only=True, limit=2)
     assert limited == fastest[:2]
+    page = log.records(job.workload_id, job.target_id, limit=2, offset=1)
+    assert [record.program_hash for record in page] == ["x", "a"]
+    assert log.count_records(job.workload_id, job.target_id) == 4
 
 
 def test_job_reports_status_times_and_counts(log: TuningLog, job: Job) -> None:

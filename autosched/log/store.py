@@ -441,7 +441,13 @@ class TuningLog:
             return None if row is None else record_view(*row)
 
     def records(
-        self, workload_id: int, target_id: int, *, ok_only: bool = False, limit: int | None = None
+        self,
+        workload_id: int,
+        target_id: int,
+        *,
+        ok_only: bool = False,
+        limit: int | None = None,
+        offset: int = 0,
     ) -> list[RecordView]:
         """Return the measured candidates of a workload and target.
 
@@ -451,6 +457,7 @@ class TuningLog:
             ok_only: Only error-free timings, fastest first (verified or not). Otherwise every
                 measurement, in the order the candidates were stored.
             limit: At most this many records.
+            offset: Skip this many records first.
 
         Returns:
             The records, in the order described above.
@@ -465,7 +472,18 @@ class TuningLog:
         else:
             query = query.order_by(Candidate.id)
         with self._sessions.begin() as session:
-            return [record_view(*row) for row in session.execute(query.limit(limit))]
+            rows = session.execute(query.limit(limit).offset(offset))
+            return [record_view(*row) for row in rows]
+
+    def count_records(self, workload_id: int, target_id: int) -> int:
+        """How many measured candidates a workload and target have."""
+        query = (
+            select(func.count(Measurement.id))
+            .join(Candidate, Candidate.id == Measurement.candidate_id)
+            .where(Candidate.workload_id == workload_id, Candidate.target_id == target_id)
+        )
+        with self._sessions.begin() as session:
+            return session.scalar(query) or 0
 
     def summary(self) -> list[SummaryRow]:
         """Return one row per workload and target that has candidates, ordered by their keys.

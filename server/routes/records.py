@@ -25,13 +25,6 @@ def list_records(
     """Every measurement of the workload on the target, in the order they were stored."""
     found_workload = stored_workload(log, workload)
     found_target = tuned_target(log, queue, found_workload, target)
-    records = log.records(found_workload.id, found_target.id, limit=offset + limit)[offset:]
-    count = next(
-        (
-            row.trials
-            for row in log.summary()
-            if row.workload_key == found_workload.key and row.target_key == found_target.key
-        ),
-        0,
-    )
+    records = log.records(found_workload.id, found_target.id, limit=limit, offset=offset)
+    count = log.count_records(found_workload.id, found_target.id)
     return RecordsPublic(data=[RecordPublic.of(view) for view in records], count=count)

@@ -13,6 +13,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from typer.exceptions import TyperException
@@ -258,7 +259,7 @@ def export_schedule(
         finally:
             log.close()
     for path in export(best, fmt, output):
-        _out.print(f"wrote {path}")
+        _out.print(f"wrote {escape(str(path))}")
 
 
 @app.command()
@@ -281,7 +282,7 @@ def check(
     else:
         for r in results:
             mark = {True: "ok", False: "FAILED", None: "-"}[r.ok]
-            _out.print(f"{r.stage:8} {mark:6} {r.detail}", highlight=False)
+            _out.print(f"{r.stage:8} {mark:6} {escape(r.detail)}", highlight=False)
     if any(r.ok is False for r in results):
         raise typer.Exit(code=1)
 
@@ -319,7 +320,8 @@ app.add_typer(service_cli.token_app)
 
 
 def _print_error(message: str) -> None:
-    _err.print(f"[red]error:[/red] {' '.join(message.split())}", highlight=False, soft_wrap=True)
+    line = escape(" ".join(message.split()))
+    _err.print(f"[red]error:[/red] {line}", highlight=False, soft_wrap=True)
 
 
 def main() -> None:

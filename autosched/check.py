@@ -12,9 +12,10 @@ import numpy as np
 
 from autosched.log import TuningLog
 from autosched.measure import LocalMeasurer, MeasureConfig
+from autosched.schedule import BASELINE_TRACE
 from autosched.target import canonical_target, target_key
-from autosched.tuner import BASELINE_TRACE, TuneOptions, tune, workload_ref
-from autosched.workload import Workload, random_inputs, tolerance
+from autosched.tuner import TuneOptions, tune, workload_ref
+from autosched.workload import Workload, mismatch, random_inputs
 from autosched.workloads.peers import has_peer, peer_for
 
 # Checks time nothing that matters: one short repeat per candidate is enough.
@@ -90,20 +91,16 @@ def check_peer(workload: Workload, seed: int) -> CheckResult:
     assert workload.num_outputs is not None
     inputs = random_inputs(workload, seed)[: -workload.num_outputs]
     outputs = peer.bind(inputs)()
-    mismatch = compare_outputs(outputs, workload.reference(inputs))
-    if mismatch is not None:
-        return CheckResult("peer", False, f"{peer.name}: {mismatch}")
+    difference = compare_outputs(outputs, workload.reference(inputs))
+    if difference is not None:
+        return CheckResult("peer", False, f"{peer.name}: {difference}")
     return CheckResult("peer", True, f"{peer.name} matches the reference")
 
 
 def compare_outputs(got: list[np.ndarray], expected: list[np.ndarray]) -> str | None:
     """None when every output matches within its dtype's tolerance, else the first difference."""
     for index, (out, ref) in enumerate(zip(got, expected, strict=True)):
-        out = np.asarray(out)
-        if out.shape != ref.shape:
-            return f"output {index} has shape {out.shape}, not {ref.shape}"
-        rtol, atol = tolerance(str(ref.dtype))
-        if not np.allclose(out.astype(np.float64), ref.astype(np.float64), rtol=rtol, atol=atol):
-            worst = float(np.max(np.abs(out.astype(np.float64) - ref.astype(np.float64))))
-            return f"output {index} differs from the reference (max abs error {worst:.3g})"
+        difference = mismatch(np.asarray(out), ref)
+        if difference is not None:
+            return f"output {index} {difference}"
     return None

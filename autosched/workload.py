@@ -203,6 +203,26 @@ def tolerance(dtype: str) -> tuple[float, float]:
     raise UserError(f"no comparison tolerance known for dtype {dtype}")
 
 
+def mismatch(got: np.ndarray, expected: np.ndarray) -> str | None:
+    """None when ``got`` matches ``expected`` within the dtype's tolerance, else how it differs.
+
+    The absolute tolerance scales with the largest magnitude of ``expected``: the rounding error of
+    a long floating-point reduction grows with the values it sums, while a wrong program is off by
+    about the values themselves.
+    """
+    if got.shape != expected.shape:
+        return f"has shape {got.shape}, not {expected.shape}"
+    rtol, atol = tolerance(str(expected.dtype))
+    out, ref = got.astype(np.float64), expected.astype(np.float64)
+    finite = ref[np.isfinite(ref)]
+    scale = max(1.0, float(np.abs(finite).max())) if finite.size else 1.0
+    if np.allclose(out, ref, rtol=rtol, atol=atol * scale):
+        return None
+    with np.errstate(invalid="ignore"):
+        worst = float(np.nanmax(np.abs(out - ref))) if out.size else 0.0
+    return f"differs from the reference (max abs error {worst:.3g})"
+
+
 def _dtype_bytes(dtype: str) -> int:
     return tvm.runtime.DataType(dtype).bits * tvm.runtime.DataType(dtype).lanes // 8
 

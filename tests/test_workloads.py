@@ -17,6 +17,7 @@ from autosched.records import WorkloadRef
 from autosched.workload import (
     Workload,
     load_workload_file,
+    mismatch,
     random_inputs,
     resolve_workload,
     tolerance,
@@ -335,3 +336,18 @@ def test_resolve_workload_rebuilds_and_checks_the_key() -> None:
     assert resolve_workload(WorkloadRef("mine", {}, user.key, user.source)).key == user.key
     with pytest.raises(UserError, match=f"rebuilds with key .*, not {'0' * 32}"):
         resolve_workload(WorkloadRef(builtin.name, builtin.params, "0" * 32))
+
+
+def test_mismatch_allows_reduction_rounding_but_not_wrong_values() -> None:
+    rng = np.random.default_rng(0)
+    a = rng.uniform(-1, 1, (8, 4096)).astype(np.float32)
+    b = rng.uniform(-1, 1, (4096, 8)).astype(np.float32)
+    exact = (a.astype(np.float64) @ b.astype(np.float64)).astype(np.float32)
+    sequential = np.zeros((8, 8), dtype=np.float32)
+    for k in range(4096):  # a float32 loop, as an unscheduled kernel sums
+        sequential += np.outer(a[:, k], b[k, :])
+    assert mismatch(sequential, exact) is None
+    assert "differs" in (mismatch(np.zeros_like(exact), exact) or "")
+    assert "differs" in (mismatch(exact + 0.01 * np.abs(exact).max(), exact) or "")
+    assert "shape" in (mismatch(exact[:4], exact) or "")
+    assert mismatch(np.array([1, 2], np.int32), np.array([1, 3], np.int32)) is not None

@@ -17,7 +17,7 @@ from autosched.measure.config import MeasureConfig
 from autosched.records import WorkloadRef
 from autosched.schedule import apply_trace
 from autosched.target import to_tvm_target
-from autosched.workload import Workload, random_inputs, resolve_workload, tolerance
+from autosched.workload import Workload, mismatch, random_inputs, resolve_workload
 
 TIMING_SEED = 0
 
@@ -125,12 +125,9 @@ class VerifyRequest:
         got = [arg.numpy() for arg in args]
         expected = self._expected(workload, inputs)
         for index, (out, ref) in enumerate(zip(got, expected, strict=True)):
-            if ref is None:
-                continue
-            rtol, atol = tolerance(str(ref.dtype))
-            if out.shape != ref.shape or not np.allclose(out, ref, rtol=rtol, atol=atol):
-                worst = float(np.max(np.abs(out.astype("float64") - ref.astype("float64"))))
-                return f"argument {index} differs from the reference (max abs error {worst:.3g})"
+            difference = None if ref is None else mismatch(out, ref)
+            if difference is not None:
+                return f"argument {index} {difference}"
         return None
 
     def _expected(self, workload: Workload, inputs: list[np.ndarray]) -> list[np.ndarray | None]:

@@ -14,11 +14,12 @@ from dataclasses import dataclass
 from autosched.costmodel import SearchCostModel, XGBCostModel
 from autosched.errors import Cancelled
 from autosched.log import JobStatus, TuningLog
+from autosched.log.subjects import ensure_subject
 from autosched.measure import CorrectnessGate, Measurer
 from autosched.records import CandidateResult, MeasureResult, WorkloadRef
 from autosched.schedule import BASELINE_TRACE, program_hash
 from autosched.search import EvolutionarySearch, Proposal, population_for
-from autosched.target import canonical_target, device_fingerprint, target_key, target_kind
+from autosched.target import canonical_target, device_fingerprint
 from autosched.workload import Workload
 
 # Consecutive batches without a single new program after which the space counts as exhausted.
@@ -110,17 +111,8 @@ def tune(
     started = time.perf_counter()
     target = canonical_target(target)
     ref = workload_ref(workload)
-    workload_id = log.ensure_workload(
-        key=workload.key,
-        name=workload.name,
-        params=dict(workload.params),
-        tvmscript=workload.tvmscript,
-        flops=workload.flops,
-        source=workload.source,
-    ).id
-    target_id = log.ensure_target(
-        key=target_key(target), kind=target_kind(target), target_json=target
-    ).id
+    stored_workload, stored_target = ensure_subject(log, workload, target)
+    workload_id, target_id = stored_workload.id, stored_target.id
     device_id = log.ensure_device(device_fingerprint(target))
     job_id = log.start_job(
         workload_id=workload_id,

@@ -40,9 +40,9 @@ from autosched.log.models import (
 )
 from autosched.log.models import Workload as WorkloadRow
 from autosched.log.store import JobStatus, TargetInfo, TuningLog, WorkloadInfo, record_view
+from autosched.log.subjects import ensure_subject, ensure_target
 from autosched.records import ErrorKind, MeasureResult, RecordView, WorkloadRef
 from autosched.schedule import BASELINE_TRACE
-from autosched.target import canonical_target, target_key, target_kind
 from autosched.workload import Workload
 
 STRIKES_TO_POISON = 2
@@ -156,22 +156,11 @@ class WorkQueue:
         seed: int | None,
     ) -> int:
         """Queue a tuning job; an engine takes it up. Returns the job id."""
-        target = canonical_target(target)
-        workload_id = self._log.ensure_workload(
-            key=workload.key,
-            name=workload.name,
-            params=dict(workload.params),
-            tvmscript=workload.tvmscript,
-            flops=workload.flops,
-            source=workload.source,
-        ).id
-        target_id = self._log.ensure_target(
-            key=target_key(target), kind=target_kind(target), target_json=target
-        ).id
+        stored_workload, stored_target = ensure_subject(self._log, workload, target)
         with self._sessions.begin() as session:
             job = TuningJob(
-                workload_id=workload_id,
-                target_id=target_id,
+                workload_id=stored_workload.id,
+                target_id=stored_target.id,
                 trials=trials,
                 batch_size=batch_size,
                 strategy=strategy,
@@ -313,10 +302,7 @@ class WorkQueue:
 
     def register_worker(self, *, name: str, target: dict, fingerprint: dict) -> int:
         """Record a worker daemon of ``target`` on the device ``fingerprint``; returns its id."""
-        target = canonical_target(target)
-        target_id = self._log.ensure_target(
-            key=target_key(target), kind=target_kind(target), target_json=target
-        ).id
+        target_id = ensure_target(self._log, target).id
         device_id = self._log.ensure_device(fingerprint)
         with self._sessions.begin() as session:
             now = utcnow()

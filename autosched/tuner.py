@@ -105,7 +105,7 @@ def tune(
 
     Candidates already measured for this workload and target (same program hash) are not measured
     again. Once ``stop`` is set the run raises Cancelled at the next safe point, before the next
-    batch is recorded; on that or any other exception the job is marked interrupted.
+    batch is recorded; the job is then marked interrupted, or failed on any other exception.
     """
     stop = stop or threading.Event()
     started = time.perf_counter()
@@ -173,8 +173,11 @@ def tune(
                 on_progress(Progress(done, options.trials, failed, gate.best))
             if done < options.trials:
                 search.tell(proposals, [known[p.program_hash] for p in proposals])
-    except BaseException:
+    except (Cancelled, KeyboardInterrupt):
         log.end_job(job_id, JobStatus.INTERRUPTED)
+        raise
+    except Exception:
+        log.end_job(job_id, JobStatus.FAILED)
         raise
     log.end_job(job_id, JobStatus.FINISHED)
     return TuneReport(

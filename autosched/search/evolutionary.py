@@ -19,6 +19,7 @@ from tvm.s_tir.meta_schedule.search_strategy import MeasureCandidate
 from tvm.tirx import FloatImm
 
 from autosched.costmodel import SearchCostModel
+from autosched.errors import UserError
 from autosched.intrinsics import use_tensor_intrinsics
 from autosched.records import MeasureResult, RecordView
 from autosched.schedule import apply_trace, program_hash, trace_to_json
@@ -94,10 +95,25 @@ class EvolutionarySearch:
         self._context.pre_tuning(
             max_trials=_STRATEGY_TRIAL_CAP,
             num_trials_per_iter=batch_size,
-            design_spaces=self._context.generate_design_space(),
+            design_spaces=self._design_spaces(),
             database=self._database,
             cost_model=cost_model,
         )
+
+    def _design_spaces(self) -> list[Schedule]:
+        """MetaSchedule's design spaces of the workload.
+
+        Raises:
+            UserError: MetaSchedule's schedule rules cannot schedule this program for the target.
+        """
+        try:
+            return self._context.generate_design_space()
+        except Exception as error:  # TVM raises its own error types, with pages of IR
+            reason = next((line for line in str(error).splitlines() if line.strip()), "")
+            raise UserError(
+                f"MetaSchedule cannot build a design space for {self._workload.name} on this "
+                f"target: {reason.strip()}"
+            ) from None
 
     def propose(self) -> list[Proposal]:
         candidates = self._context.generate_measure_candidates() or []

@@ -36,15 +36,19 @@ def _softmax_context(
     )
     s2 = te.reduce_axis((0, S), name="s2")
     row_sum = te.compute((B, T_), lambda b, t: te.sum(exp[b, t, s2], axis=s2), name="score_sum")
+    # Normalise the weights before the weighted sum, so the last stage has a single producer:
+    # MetaSchedule's tiling of the weighted sum moves its consumer under its loops, which fails
+    # when that consumer also reads the row sums.
+    weights = te.compute(
+        (B, T_, S), lambda b, t, s: exp[b, t, s] / row_sum[b, t], name="score_weight"
+    )
     s3 = te.reduce_axis((0, S), name="s3")
     weighted = te.compute(
         (B, T_, D),
-        lambda b, t, d: te.sum(exp[b, t, s3] * values[b, s3, d].astype(acc), axis=s3),
+        lambda b, t, d: te.sum(weights[b, t, s3] * values[b, s3, d].astype(acc), axis=s3),
         name="weighted",
     )
-    return te.compute(
-        (B, T_, D), lambda b, t, d: (weighted[b, t, d] / row_sum[b, t]).astype(dtype), name=name
-    )
+    return te.compute((B, T_, D), lambda b, t, d: weighted[b, t, d].astype(dtype), name=name)
 
 
 def _softmax_rows(scores: np.ndarray) -> np.ndarray:
@@ -53,9 +57,9 @@ def _softmax_rows(scores: np.ndarray) -> np.ndarray:
 
 
 def _softmax_context_flops(B: int, T_: int, S: int, D: int) -> int:
-    # Per score: max, subtraction, exponential, addition (4); per score and feature a multiply and
-    # an add for the context; per output a division.
-    return 4 * B * T_ * S + 2 * B * T_ * S * D + B * T_ * D
+    # Per score: max, subtraction, exponential, addition and division (5); per score and feature
+    # a multiply and an add for the context.
+    return 5 * B * T_ * S + 2 * B * T_ * S * D
 
 
 @register_workload(

@@ -183,9 +183,10 @@ def random_inputs(workload: Workload, seed: int) -> list[np.ndarray]:
 _FLOAT_TOLERANCE = {
     # float16 workloads accumulate in float32 (see autosched.workloads), so only the final rounding
     # to half precision (relative 2**-11) separates a correct program from the reference.
-    "float16": (1e-2, 1e-3),
-    # Reordered float32 sums over a few thousand terms of O(1) values drift by ~1e-5 absolute.
-    "float32": (1e-4, 1e-4),
+    "float16": (1e-2, 1e-2),
+    # Reordered float32 sums over a few thousand terms drift by ~1e-5 of the output's magnitude,
+    # and a softmax turns the rounding of its scores (tens, from long dot products) into ~1e-4.
+    "float32": (1e-3, 1e-3),
     "float64": (1e-7, 1e-7),
 }
 

@@ -151,3 +151,19 @@ def test_an_interrupted_run_keeps_its_completed_batches(db_url: str) -> None:
         log.close()
     assert len(records) == 1 + 4  # the baseline and the one completed batch
     assert job.status is JobStatus.INTERRUPTED and job.measured == 1 + 4
+
+
+def test_a_program_whose_epilogue_cannot_be_fused_is_still_tuned(tmp_path) -> None:
+    """MetaSchedule's multi-level tiling cannot fuse conv1d_glu's gate (it reads two channels of
+    one convolution); the search falls back to the space without that fusion."""
+    workload = get_workload("conv1d_glu", {"L": 16, "C": 32})
+    target = host_target()
+    log = TuningLog(f"sqlite:///{tmp_path / 'log.db'}")
+    measurer = FaultyMeasurer(target, FAST, {})
+    try:
+        report = tune(workload, target, log, measurer, TuneOptions(trials=3, batch_size=3, seed=6))
+    finally:
+        measurer.close()
+        log.close()
+    assert report.trials == 3 and report.failed == 0
+    assert report.best_latency_secs is not None

@@ -6,7 +6,7 @@ on everything measured before, so tuning a workload again continues where it sto
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import psutil
 from tvm.s_tir import Schedule
@@ -14,8 +14,10 @@ from tvm.s_tir.meta_schedule import TuneContext
 from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 from tvm.s_tir.meta_schedule.database import MemoryDatabase, TuningRecord
 from tvm.s_tir.meta_schedule.runner import RunnerResult
+from tvm.s_tir.meta_schedule.schedule_rule import MultiLevelTiling, ScheduleRule
 from tvm.s_tir.meta_schedule.search_strategy import EvolutionarySearch as MSEvolutionarySearch
 from tvm.s_tir.meta_schedule.search_strategy import MeasureCandidate
+from tvm.s_tir.meta_schedule.space_generator import PostOrderApply, SpaceGenerator
 from tvm.tirx import FloatImm
 
 from autosched.costmodel import SearchCostModel
@@ -43,6 +45,17 @@ def _runner_result(result: MeasureResult) -> RunnerResult:
     if not result.ok:
         return RunnerResult(run_secs=None, error_msg=result.error_msg or str(result.error_kind))
     return RunnerResult(run_secs=[FloatImm("float32", s) for s in result.samples], error_msg=None)
+
+
+def _unfused_cpu_space() -> SpaceGenerator:
+    """The CPU post-order-apply space whose multi-level tiling does not fuse the consumer."""
+    rules = [
+        MultiLevelTiling(structure="SSRSRS", max_innermost_factor=64)
+        if isinstance(rule, MultiLevelTiling)
+        else rule
+        for rule in ScheduleRule.create("llvm")
+    ]
+    return PostOrderApply(sch_rules=rules, postprocs="llvm", mutator_probs="llvm")
 
 
 def _seed_state(seed: int | None) -> int:
@@ -78,14 +91,17 @@ class EvolutionarySearch:
         self._workload = workload
         self._cost_model = cost_model
         use_tensor_intrinsics(target)
-        self._context = TuneContext(
-            mod=workload.mod,
-            target=to_tvm_target(target),
-            space_generator="post-order-apply",
-            search_strategy=MSEvolutionarySearch(population_size=population_size),
-            task_name=workload.name,
-            rand_state=_seed_state(seed),
-            num_threads=psutil.cpu_count(logical=False) or 1,
+        self._context, spaces = self._design_spaces(
+            lambda space: TuneContext(
+                mod=workload.mod,
+                target=to_tvm_target(target),
+                space_generator=space,
+                search_strategy=MSEvolutionarySearch(population_size=population_size),
+                task_name=workload.name,
+                rand_state=_seed_state(seed),
+                num_threads=psutil.cpu_count(logical=False) or 1,
+            ),
+            str(target.get("kind")),
         )
         self._database = MemoryDatabase()
         self._database_workload = self._database.commit_workload(workload.mod)
@@ -95,25 +111,35 @@ class EvolutionarySearch:
         self._context.pre_tuning(
             max_trials=_STRATEGY_TRIAL_CAP,
             num_trials_per_iter=batch_size,
-            design_spaces=self._design_spaces(),
+            design_spaces=spaces,
             database=self._database,
             cost_model=cost_model,
         )
 
-    def _design_spaces(self) -> list[Schedule]:
-        """MetaSchedule's design spaces of the workload.
+    def _design_spaces(
+        self, make_context: Callable[[SpaceGenerator | str], TuneContext], kind: str
+    ) -> tuple[TuneContext, list[Schedule]]:
+        """A tuning context and its design spaces: MetaSchedule's post-order-apply space, or, for
+        a CPU program whose epilogue its multi-level tiling cannot fuse, the same space without
+        that fusion (the epilogue is then scheduled on its own).
 
         Raises:
             UserError: MetaSchedule's schedule rules cannot schedule this program for the target.
         """
-        try:
-            return self._context.generate_design_space()
-        except Exception as error:  # TVM raises its own error types, with pages of IR
-            reason = next((line for line in str(error).splitlines() if line.strip()), "")
-            raise UserError(
-                f"MetaSchedule cannot build a design space for {self._workload.name} on this "
-                f"target: {reason.strip()}"
-            ) from None
+        spaces: list[SpaceGenerator | str] = ["post-order-apply"]
+        if kind == "llvm":
+            spaces.append(_unfused_cpu_space())
+        reason = ""
+        for space in spaces:
+            context = make_context(space)
+            try:
+                return context, context.generate_design_space()
+            except Exception as error:  # TVM raises its own error types, with pages of IR
+                reason = next((line for line in str(error).splitlines() if line.strip()), "")
+        raise UserError(
+            f"MetaSchedule cannot build a design space for {self._workload.name} on this "
+            f"target: {reason.strip()}"
+        )
 
     def propose(self) -> list[Proposal]:
         candidates = self._context.generate_measure_candidates() or []

@@ -14,7 +14,7 @@ from autosched.log import TuningLog
 from autosched.measure import LocalMeasurer, MeasureConfig
 from autosched.schedule import BASELINE_TRACE
 from autosched.target import canonical_target, target_key
-from autosched.tuner import TuneOptions, tune, workload_ref
+from autosched.tuner import TuneOptions, tune
 from autosched.workload import Workload, mismatch, random_inputs
 from autosched.workloads.peers import has_peer, peer_for
 
@@ -39,7 +39,7 @@ def check_workload(
     results = []
     measurer = LocalMeasurer(target, CHECK_MEASURE_CONFIG)
     try:
-        ref = workload_ref(workload)
+        ref = workload.ref
         failure = measurer.verify(ref, BASELINE_TRACE, seed)
         results.append(_verified("untuned", failure, "matches the reference"))
         with tempfile.TemporaryDirectory(prefix="autosched-check-") as work:
@@ -70,7 +70,7 @@ def _check_tuned(
     best = log.best(found_workload.id, found_target.id)
     if best is None:
         return CheckResult("tuned", False, f"no candidate of {report.trials} built and matched")
-    failure = measurer.verify(workload_ref(workload), best.trace_json, seed + 1)
+    failure = measurer.verify(workload.ref, best.trace_json, seed + 1)
     summary = f"best of {report.trials} trials ({report.failed} failed)"
     return _verified("tuned", failure, f"{summary} matches the reference")
 

@@ -88,10 +88,6 @@ class TuneReport:
         }
 
 
-def workload_ref(workload: Workload) -> WorkloadRef:
-    return WorkloadRef(workload.name, dict(workload.params), workload.key, workload.source)
-
-
 def tune(
     workload: Workload,
     target: dict,
@@ -110,7 +106,7 @@ def tune(
     stop = stop or threading.Event()
     started = time.perf_counter()
     target = canonical_target(target)
-    ref = workload_ref(workload)
+    ref = workload.ref
     stored_workload, stored_target = ensure_subject(log, workload, target)
     workload_id, target_id = stored_workload.id, stored_target.id
     device_id = log.ensure_device(device_fingerprint(target))

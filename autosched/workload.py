@@ -58,6 +58,11 @@ class Workload:
         return hashlib.sha256(self.tvmscript.encode()).hexdigest()[:32]
 
     @property
+    def ref(self) -> WorkloadRef:
+        """What a measuring process needs to rebuild this workload."""
+        return WorkloadRef(self.name, dict(self.params), self.key, self.source)
+
+    @property
     def args(self) -> list[tuple[tuple[int, ...], str]]:
         """Shape and dtype of each buffer argument, in order."""
         return _buffer_args(self.func, self.name)

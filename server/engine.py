@@ -34,7 +34,6 @@ class JobDriver:
         self.job_id = job.id
         self._log = log
         self._queue = queue
-        self._trials = job.trials
         self._batch = job.batch_size
         workload = resolve_workload(job.workload.ref)
         history = log.records(job.workload.id, job.target.id)
@@ -60,20 +59,17 @@ class JobDriver:
     def advance(self) -> bool:
         """Learn from new measurements and keep the queue fed; False once the job has ended."""
         self._learn()
-        # Outstanding first: a candidate measured in between then counts twice, never zero times,
-        # so the job never queues more than its budget.
-        outstanding = self._queue.outstanding(self.job_id)
-        progress = self._queue.job(self.job_id)
-        if progress.status.final:
+        budget = self._queue.budget(self.job_id)
+        if budget.status.final:
             return False
-        if progress.trials_done >= self._trials or (
-            self._stale >= _STALE_PROPOSALS and outstanding == 0
+        if budget.measured >= budget.trials or (
+            self._stale >= _STALE_PROPOSALS and budget.outstanding == 0
         ):
             self._log.end_job(self.job_id, JobStatus.FINISHED)
             return False
-        remaining = self._trials - progress.trials_done - outstanding
+        remaining = budget.trials - budget.measured - budget.outstanding
         # Keep up to two batches queued: workers measure one while the next is ready.
-        if remaining > 0 and outstanding < self._batch:
+        if remaining > 0 and budget.outstanding < self._batch:
             self._propose(min(remaining, self._batch))
         return True
 

@@ -10,7 +10,6 @@ from autosched.measure.child import ChildDied, ChildProcess, ChildTimeout, Reque
 from autosched.records import ErrorKind
 from autosched.schedule import BASELINE_TRACE
 from autosched.target import host_target
-from autosched.tuner import workload_ref
 from autosched.workloads import get_workload
 
 FAST = MeasureConfig(repeat=2, min_repeat_ms=1, run_timeout_secs=5, build_timeout_secs=60)
@@ -19,7 +18,7 @@ SHAPE = {"M": 32, "N": 32, "K": 32}
 
 @pytest.fixture(scope="module")
 def matmul():
-    return workload_ref(get_workload("matmul", SHAPE))
+    return get_workload("matmul", SHAPE).ref
 
 
 def test_child_returns_values_and_survives_a_failing_request() -> None:

@@ -97,7 +97,7 @@ def test_workers_lease_their_targets_candidates_in_batches(log: TuningLog) -> No
     candidate = first.candidates[0]
     assert candidate.job_id == job and candidate.workload.name == "matmul"
     assert candidate.target["mcpu"] == "skylake-avx512" and candidate.best_latency_secs is None
-    assert queue.outstanding(job) == 6
+    assert queue.budget(job).outstanding == 6
 
 
 def test_jobs_take_turns(log: TuningLog) -> None:
@@ -133,7 +133,8 @@ def test_reports_are_stored_once_and_only_verified_results_become_best(log: Tuni
     assert progress.trials_done == 3 and progress.failed == 1
     assert progress.best_latency_secs == pytest.approx(2e-3)
     assert progress.curve == [(1, pytest.approx(2e-3))]
-    assert queue.outstanding(job) == 0
+    assert queue.budget(job).outstanding == 0
+    assert queue.budget(job).measured == 3
     assert [m.record.program_hash for m in queue.measured_since(job, 0)] == ["a0", "a1", "a2"]
     last = queue.measured_since(job, 0)[1].measurement_id
     assert [m.record.program_hash for m in queue.measured_since(job, last)] == ["a2"]

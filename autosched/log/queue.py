@@ -71,6 +71,16 @@ class JobProgress:
 
 
 @dataclass(frozen=True)
+class JobBudget:
+    """A job's measured and still outstanding candidates (the baseline left out)."""
+
+    status: JobStatus
+    trials: int
+    measured: int
+    outstanding: int
+
+
+@dataclass(frozen=True)
 class LeasedCandidate:
     """A candidate handed to a worker, which verifies results faster than ``best_latency_secs``."""
 
@@ -272,16 +282,25 @@ class WorkQueue:
                     queued.append(program_hash)
             return queued
 
-    def outstanding(self, job_id: int) -> int:
-        """Candidates of the job still queued or leased."""
+    def budget(self, job_id: int) -> JobBudget:
+        """Where a job stands against its budget, read in one transaction (the engine's poll).
+
+        Raises UserError if there is no such job.
+        """
         with self._sessions.begin() as session:
-            return (
-                session.scalar(
-                    select(func.count(Candidate.id)).where(
-                        Candidate.job_id == job_id, Candidate.state.in_(["queued", "leased"])
-                    )
-                )
-                or 0
+            job = _job(session, job_id)
+            states = dict(
+                session.execute(
+                    select(Candidate.state, func.count(Candidate.id))
+                    .where(Candidate.job_id == job_id, Candidate.trace_json != BASELINE_TRACE)
+                    .group_by(Candidate.state)
+                ).all()
+            )
+            return JobBudget(
+                status=JobStatus(job.status),
+                trials=job.trials,
+                measured=states.get("measured", 0) + states.get("poisoned", 0),
+                outstanding=states.get("queued", 0) + states.get("leased", 0),
             )
 
     def measured_since(self, job_id: int, after_measurement_id: int) -> list[MeasuredCandidate]:

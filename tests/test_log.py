@@ -15,6 +15,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import TypeVar
 
+import optuna
 import pytest
 from alembic import command
 from alembic.autogenerate import compare_metadata
@@ -28,6 +29,7 @@ from sqlalchemy.pool import NullPool
 from autosched.errors import UserError
 from autosched.log import JobStatus, TuningLog, default_db_url
 from autosched.log.models import Base
+from autosched.log.store import VERSION_TABLE
 from autosched.records import CandidateResult, ErrorKind, MeasureResult
 
 TABLES = {
@@ -41,6 +43,8 @@ TABLES = {
     "workers",
     "leases",
     "api_tokens",
+    "cost_models",
+    "candidate_features",
 }
 T = TypeVar("T")
 
@@ -117,11 +121,11 @@ def test_migrations_create_every_table_and_reopening_changes_nothing(db_url: str
         workload = log.ensure_workload(key="w", name="n", params={}, tvmscript="", flops=None)
     engine = create_engine(db_url, poolclass=NullPool)
     try:
-        assert set(inspect(engine).get_table_names()) == TABLES | {"alembic_version"}
+        assert set(inspect(engine).get_table_names()) == TABLES | {VERSION_TABLE}
         with TuningLog(db_url) as log:
             assert log.find_workload("w") == workload
         with engine.connect() as connection:
-            versions = connection.execute(text("SELECT version_num FROM alembic_version")).all()
+            versions = connection.execute(text(f"SELECT version_num FROM {VERSION_TABLE}")).all()
         assert versions == [(_head_revision(),)]
     finally:
         engine.dispose()
@@ -132,7 +136,9 @@ def test_migrations_match_the_models(db_url: str) -> None:
     engine = create_engine(db_url, poolclass=NullPool)
     try:
         with engine.connect() as connection:
-            context = MigrationContext.configure(connection, opts={"compare_type": True})
+            context = MigrationContext.configure(
+                connection, opts={"compare_type": True, "version_table": VERSION_TABLE}
+            )
             assert compare_metadata(context, Base.metadata) == []
     finally:
         engine.dispose()
@@ -152,6 +158,7 @@ def test_upgrading_a_log_of_the_first_schema_keeps_its_records(tmp_path) -> None
     with engine.begin() as connection:
         connection.exec_driver_sql("PRAGMA foreign_keys = ON")
         config.attributes["connection"] = connection
+        config.attributes["version_table"] = "alembic_version"  # where logs kept it then
         command.upgrade(config, "0001")
         now = "2026-11-30 00:00:00"
         for statement in (
@@ -172,7 +179,23 @@ def test_upgrading_a_log_of_the_first_schema_keeps_its_records(tmp_path) -> None
     engine = create_engine(url)
     with engine.connect() as connection:
         assert connection.execute(text("SELECT state FROM candidates")).scalar() == "measured"
+        assert "alembic_version" not in inspect(connection).get_table_names()
     engine.dispose()
+
+
+def test_optuna_studies_share_the_database_in_either_order(db_url: str) -> None:
+    storage = optuna.storages.RDBStorage(db_url)
+    study = optuna.create_study(study_name="before", storage=storage)
+    study.optimize(lambda trial: trial.suggest_float("x", 0, 1), n_trials=2)
+    storage.engine.dispose()
+    with TuningLog(db_url) as log:
+        log.ensure_target(key="t", kind="llvm", target_json={})
+    storage = optuna.storages.RDBStorage(db_url)
+    optuna.create_study(study_name="after", storage=storage)
+    assert len(optuna.load_study(study_name="before", storage=storage).trials) == 2
+    storage.engine.dispose()
+    with TuningLog(db_url) as log:
+        assert log.find_target("t") is not None
 
 
 def open_and_ensure_target(url: str) -> int:

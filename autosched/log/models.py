@@ -15,6 +15,7 @@ from sqlalchemy import (
     Dialect,
     ForeignKey,
     Index,
+    LargeBinary,
     MetaData,
     String,
     Text,
@@ -142,6 +143,8 @@ class TuningJob(Base):
     # The search engine driving the job and until when its claim holds (service jobs only).
     engine_id: Mapped[str | None] = mapped_column(String(64))
     engine_expires_at: Mapped[datetime | None]
+    # The shared cost model version the job's search started from (None: it started cold).
+    cost_model_id: Mapped[int | None] = mapped_column(ForeignKey("cost_models.id"))
 
 
 class Candidate(Base):
@@ -251,3 +254,40 @@ class BestRecord(Base):
     candidate_id: Mapped[int] = mapped_column(ForeignKey("candidates.id"))
     median_secs: Mapped[float]
     updated_at: Mapped[datetime]
+
+
+class CostModel(Base):
+    """One version of a target family's shared cost model, trained on the whole tuning log.
+
+    ``family`` names the targets whose measurements it learns from (``llvm:sapphirerapids``,
+    ``cuda:sm_90``); ``version`` counts up per family. ``last_measurement_id`` is the newest
+    measurement it was trained on; ``scores`` holds its leave-workload-out evaluation, if any.
+    ``booster`` is the serialised XGBoost model.
+    """
+
+    __tablename__ = "cost_models"
+    __table_args__ = (UniqueConstraint("family", "version"),)
+
+    id: Mapped[IntPk]
+    family: Mapped[Name]
+    version: Mapped[int]
+    objective: Mapped[str] = mapped_column(String(32))
+    created_at: Mapped[CreatedAt]
+    trained_on: Mapped[int]
+    workloads: Mapped[int]
+    last_measurement_id: Mapped[int]
+    scores: Mapped[JsonDict | None]
+    booster: Mapped[bytes] = mapped_column(LargeBinary)
+
+
+class CandidateFeatures(Base):
+    """A measured candidate's feature vector, extracted once and reused by every model trained.
+
+    ``extractor`` names the feature definition, so a new definition never mixes with old rows.
+    """
+
+    __tablename__ = "candidate_features"
+
+    candidate_id: Mapped[int] = mapped_column(ForeignKey("candidates.id"), primary_key=True)
+    extractor: Mapped[str] = mapped_column(String(64), primary_key=True)
+    features: Mapped[bytes] = mapped_column(LargeBinary)

@@ -26,6 +26,7 @@ from sqlalchemy import (
     create_engine,
     event,
     func,
+    inspect,
     make_url,
     select,
     text,
@@ -56,6 +57,12 @@ _SQLITE_BUSY_TIMEOUT_MS = 30_000
 _MIGRATION_LOCK = threading.Lock()
 # Any constant works; it only has to be the same for every process that migrates a log.
 _PG_MIGRATION_LOCK = 0x6175746F73636864
+# The table holding the log's schema revision. Alembic's default, ``alembic_version``, belongs to
+# Optuna's RDB storage, whose studies live in the same database; logs written before the rename
+# are moved over when opened.
+VERSION_TABLE = "autosched_version"
+_LEGACY_VERSION_TABLE = "alembic_version"
+_LEGACY_REVISIONS = ("0001", "0002")
 
 
 def default_db_url() -> str:
@@ -673,7 +680,9 @@ def _upgrade_schema(engine: Engine) -> None:
                     connection.execute(
                         text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_MIGRATION_LOCK}
                     )
+                _adopt_legacy_version_table(connection)
                 config.attributes["connection"] = connection
+                config.attributes["version_table"] = VERSION_TABLE
                 command.upgrade(config, "head")
                 if sqlite_connection is not None:
                     violations = connection.exec_driver_sql("PRAGMA foreign_key_check").all()
@@ -682,6 +691,29 @@ def _upgrade_schema(engine: Engine) -> None:
         finally:
             if sqlite_connection is not None:
                 sqlite_connection.execute("PRAGMA foreign_keys = ON")
+
+
+def _adopt_legacy_version_table(connection: Connection) -> None:
+    """Move a log's revision out of ``alembic_version`` (where logs kept it before Optuna's studies
+    joined them) into VERSION_TABLE."""
+    tables = set(inspect(connection).get_table_names())
+    if _LEGACY_VERSION_TABLE not in tables or VERSION_TABLE in tables:
+        return
+    legacy = text(f"SELECT version_num FROM {_LEGACY_VERSION_TABLE}")
+    revisions = [row[0] for row in connection.execute(legacy)]
+    if len(revisions) != 1 or revisions[0] not in _LEGACY_REVISIONS:
+        return  # Optuna's own revision: not ours to move
+    connection.execute(
+        text(
+            f"CREATE TABLE {VERSION_TABLE} (version_num VARCHAR(32) NOT NULL, "
+            f"CONSTRAINT {VERSION_TABLE}_pkc PRIMARY KEY (version_num))"
+        )
+    )
+    connection.execute(
+        text(f"INSERT INTO {VERSION_TABLE} (version_num) VALUES (:revision)"),
+        {"revision": revisions[0]},
+    )
+    connection.execute(text(f"DROP TABLE {_LEGACY_VERSION_TABLE}"))
 
 
 def _display(url: str) -> str:

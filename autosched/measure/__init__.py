@@ -3,5 +3,6 @@
 from autosched.measure.config import MeasureConfig
 from autosched.measure.gate import CorrectnessGate
 from autosched.measure.local import LocalMeasurer, Measurer
+from autosched.measure.replay import ReplayMeasurer
 
-__all__ = ["CorrectnessGate", "LocalMeasurer", "MeasureConfig", "Measurer"]
+__all__ = ["CorrectnessGate", "LocalMeasurer", "MeasureConfig", "Measurer", "ReplayMeasurer"]

@@ -2,5 +2,13 @@
 
 from autosched.search.base import Proposal, SearchStrategy
 from autosched.search.evolutionary import EvolutionarySearch, population_for
+from autosched.search.space import DesignSpace, design_space
 
-__all__ = ["EvolutionarySearch", "Proposal", "SearchStrategy", "population_for"]
+__all__ = [
+    "DesignSpace",
+    "EvolutionarySearch",
+    "Proposal",
+    "SearchStrategy",
+    "design_space",
+    "population_for",
+]

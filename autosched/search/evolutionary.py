@@ -6,27 +6,21 @@ on everything measured before, so tuning a workload again continues where it sto
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
-import psutil
 from tvm.s_tir import Schedule
-from tvm.s_tir.meta_schedule import TuneContext
 from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 from tvm.s_tir.meta_schedule.database import MemoryDatabase, TuningRecord
 from tvm.s_tir.meta_schedule.runner import RunnerResult
-from tvm.s_tir.meta_schedule.schedule_rule import MultiLevelTiling, ScheduleRule
 from tvm.s_tir.meta_schedule.search_strategy import EvolutionarySearch as MSEvolutionarySearch
 from tvm.s_tir.meta_schedule.search_strategy import MeasureCandidate
-from tvm.s_tir.meta_schedule.space_generator import PostOrderApply, SpaceGenerator
 from tvm.tirx import FloatImm
 
 from autosched.costmodel import SearchCostModel
-from autosched.errors import UserError
-from autosched.intrinsics import use_tensor_intrinsics
 from autosched.records import MeasureResult, RecordView
 from autosched.schedule import apply_trace, program_hash, trace_to_json
 from autosched.search.base import Proposal
-from autosched.target import to_tvm_target
+from autosched.search.space import design_space
 from autosched.workload import Workload
 
 # Trials the underlying strategy may hand out in all; our loop stops on its own budget first.
@@ -45,22 +39,6 @@ def _runner_result(result: MeasureResult) -> RunnerResult:
     if not result.ok:
         return RunnerResult(run_secs=None, error_msg=result.error_msg or str(result.error_kind))
     return RunnerResult(run_secs=[FloatImm("float32", s) for s in result.samples], error_msg=None)
-
-
-def _unfused_cpu_space() -> SpaceGenerator:
-    """The CPU post-order-apply space whose multi-level tiling does not fuse the consumer."""
-    rules = [
-        MultiLevelTiling(structure="SSRSRS", max_innermost_factor=64)
-        if isinstance(rule, MultiLevelTiling)
-        else rule
-        for rule in ScheduleRule.create("llvm")
-    ]
-    return PostOrderApply(sch_rules=rules, postprocs="llvm", mutator_probs="llvm")
-
-
-def _seed_state(seed: int | None) -> int:
-    """MetaSchedule's rand_state: -1 draws a random seed; valid seeds lie in [1, 2^31 - 1]."""
-    return -1 if seed is None else seed % (2**31 - 2) + 1
 
 
 class EvolutionarySearch:
@@ -90,19 +68,13 @@ class EvolutionarySearch:
     ) -> None:
         self._workload = workload
         self._cost_model = cost_model
-        use_tensor_intrinsics(target)
-        self._context, spaces = self._design_spaces(
-            lambda space: TuneContext(
-                mod=workload.mod,
-                target=to_tvm_target(target),
-                space_generator=space,
-                search_strategy=MSEvolutionarySearch(population_size=population_size),
-                task_name=workload.name,
-                rand_state=_seed_state(seed),
-                num_threads=psutil.cpu_count(logical=False) or 1,
-            ),
-            str(target.get("kind")),
+        space = design_space(
+            workload,
+            target,
+            seed=seed,
+            search_strategy=MSEvolutionarySearch(population_size=population_size),
         )
+        self._context = space.context
         self._database = MemoryDatabase()
         self._database_workload = self._database.commit_workload(workload.mod)
         self._args_info = ArgInfo.from_prim_func(workload.func)
@@ -111,34 +83,9 @@ class EvolutionarySearch:
         self._context.pre_tuning(
             max_trials=_STRATEGY_TRIAL_CAP,
             num_trials_per_iter=batch_size,
-            design_spaces=spaces,
+            design_spaces=space.schedules,
             database=self._database,
             cost_model=cost_model,
-        )
-
-    def _design_spaces(
-        self, make_context: Callable[[SpaceGenerator | str], TuneContext], kind: str
-    ) -> tuple[TuneContext, list[Schedule]]:
-        """A tuning context and its design spaces: MetaSchedule's post-order-apply space, or, for
-        a CPU program whose epilogue its multi-level tiling cannot fuse, the same space without
-        that fusion (the epilogue is then scheduled on its own).
-
-        Raises:
-            UserError: MetaSchedule's schedule rules cannot schedule this program for the target.
-        """
-        spaces: list[SpaceGenerator | str] = ["post-order-apply"]
-        if kind == "llvm":
-            spaces.append(_unfused_cpu_space())
-        reason = ""
-        for space in spaces:
-            context = make_context(space)
-            try:
-                return context, context.generate_design_space()
-            except Exception as error:  # TVM raises its own error types, with pages of IR
-                reason = next((line for line in str(error).splitlines() if line.strip()), "")
-        raise UserError(
-            f"MetaSchedule cannot build a design space for {self._workload.name} on this "
-            f"target: {reason.strip()}"
         )
 
     def propose(self) -> list[Proposal]:

@@ -20,8 +20,9 @@ from typer.exceptions import TyperException
 
 from autosched import service_cli
 from autosched.bench.cli import bench_app
-from autosched.cli_options import DbOpt, FileOpt, JsonOpt, ParamOpt, WorkloadArg
+from autosched.cli_options import DbOpt, FileOpt, JsonOpt, ParamOpt, WorkloadArg, open_log
 from autosched.errors import Cancelled, ServiceUnavailable, UserError
+from autosched.model_cli import model_app
 from autosched.signals import stop_on_signals
 
 app = typer.Typer(
@@ -51,23 +52,6 @@ def _resolve_workload(name: str, params: list[str] | None, file: Path | None):
     return get_workload(name, parse_param_overrides(params or []))
 
 
-def _open_log(db: str | None, *, must_exist: bool):
-    from sqlalchemy.engine import make_url
-
-    from autosched.log import TuningLog, default_db_url
-
-    url = db or default_db_url()
-    if must_exist:
-        try:
-            parsed = make_url(url)
-        except Exception as error:
-            raise UserError(f"not a database URL: {url!r}") from error
-        path = parsed.database
-        if parsed.get_backend_name() == "sqlite" and path and not Path(path).exists():
-            raise UserError(f"no tuning log at {path}; run `autosched tune` first or pass --db")
-    return TuningLog(url)
-
-
 @app.command()
 def tune(
     workload: WorkloadArg = "matmul",
@@ -88,7 +72,7 @@ def tune(
 
     spec = _resolve_workload(workload, param, file)
     target_json = parse_target(target)
-    log = _open_log(db, must_exist=False)
+    log = open_log(db, must_exist=False)
     stop = threading.Event()
     measurer = LocalMeasurer(target_json, cancel=stop)
     options = TuneOptions(trials=trials, batch_size=batch, seed=seed)
@@ -177,7 +161,7 @@ def workloads(as_json: JsonOpt = False) -> None:
 @app.command("log")
 def show_log(db: DbOpt = None, as_json: JsonOpt = False) -> None:
     """List tuned workloads x targets with best latency and trial counts."""
-    log = _open_log(db, must_exist=True)
+    log = open_log(db, must_exist=True)
     try:
         rows = log.summary()
     finally:
@@ -253,7 +237,7 @@ def export_schedule(
         best = service_cli.fetch_best(server, token, spec, target)
     else:
         target_json = parse_target(target)
-        log = _open_log(db, must_exist=True)
+        log = open_log(db, must_exist=True)
         try:
             best = best_schedule(log, spec, target_json)
         finally:
@@ -309,6 +293,7 @@ def calibrate(target: TargetOpt = None, as_json: JsonOpt = False) -> None:
 
 
 app.add_typer(bench_app, name="bench")
+app.add_typer(model_app, name="model")
 
 
 app.command()(service_cli.serve)

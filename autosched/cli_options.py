@@ -22,3 +22,23 @@ DbOpt = Annotated[
     typer.Option("--db", help="SQLAlchemy URL of the tuning log [AUTOSCHED_DB; ./autosched.db]"),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document.")]
+
+
+def open_log(db: str | None, *, must_exist: bool):
+    """The tuning log at ``db`` (or the default); with ``must_exist``, a missing SQLite file is a
+    one-line error rather than a new empty log."""
+    from sqlalchemy.engine import make_url
+
+    from autosched.errors import UserError
+    from autosched.log import TuningLog, default_db_url
+
+    url = db or default_db_url()
+    if must_exist:
+        try:
+            parsed = make_url(url)
+        except Exception as error:
+            raise UserError(f"not a database URL: {url!r}") from error
+        path = parsed.database
+        if parsed.get_backend_name() == "sqlite" and path and not Path(path).exists():
+            raise UserError(f"no tuning log at {path}; run `autosched tune` first or pass --db")
+    return TuningLog(url)

@@ -84,11 +84,14 @@ def serve(
 
 
 def _background(settings: Settings, local_worker: bool) -> list[ServiceFactory]:
-    """The services `serve` runs beside the API: the search engine, and maybe a local worker."""
+    """The services `serve` runs beside the API: the search engine, the trainer of the shared
+    cost models, and maybe a local worker."""
     from server.engine import Engine
+    from server.trainer import ModelTrainer
 
     services: list[ServiceFactory] = [
-        lambda log, queue: Engine(log, queue, claim_secs=settings.claim_secs)
+        lambda log, queue: Engine(log, queue, claim_secs=settings.claim_secs),
+        lambda log, _queue: ModelTrainer(log),
     ]
     if local_worker:
         from autosched.target import host_target

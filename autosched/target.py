@@ -92,6 +92,18 @@ def target_kind(target: dict) -> str:
     return str(to_tvm_target(target).kind.name)
 
 
+def target_family(target: dict) -> str:
+    """The family of targets that share one cost model: the kind and the processor it names.
+
+    ``llvm:znver5``, ``llvm:generic`` (no ``mcpu``), ``cuda:sm_90``. Core counts and limits do
+    not split a family: which schedules are fast depends mostly on the microarchitecture. Reads
+    the dict alone, so it also serves targets stored in a log.
+    """
+    kind = str(target.get("kind", "unknown"))
+    processor = target.get("arch") if kind == "cuda" else target.get("mcpu")
+    return f"{kind}:{processor or 'generic'}"
+
+
 def device_fingerprint(target: dict) -> dict:
     """Where a measurement on ``target`` runs, for its provenance.
 

@@ -13,8 +13,10 @@ import threading
 import uuid
 
 from autosched.background import BackgroundLoop
-from autosched.costmodel import SearchCostModel, XGBCostModel
+from autosched.costmodel import SearchCostModel
+from autosched.costmodel.shared import starting_model
 from autosched.log import JobStatus, TuningLog
+from autosched.log.costmodels import CostModelStore
 from autosched.log.queue import JobProgress, WorkQueue
 from autosched.records import MeasureResult
 from autosched.schedule import BASELINE_TRACE, program_hash
@@ -39,10 +41,17 @@ class JobDriver:
         history = log.records(job.workload.id, job.target.id)
         self._known = {record.program_hash: record.result for record in history}
         seed = job.seed or 0
+        models = CostModelStore(log)
+        recorded = models.job_model(job.id)  # a job taken over keeps the version it started from
+        cost_model, started_from = starting_model(
+            log, job.target.target_json, seed=seed, model_id=recorded
+        )
+        if recorded is None and started_from is not None:
+            models.set_job_model(job.id, started_from.id)
         self._search = EvolutionarySearch(
             workload,
             job.target.target_json,
-            SearchCostModel(XGBCostModel(seed=seed), workload.key, seed),
+            SearchCostModel(cost_model, workload.key, seed),
             batch_size=job.batch_size,
             seed=job.seed,
             history=history,

@@ -12,7 +12,9 @@ from tvm.s_tir.meta_schedule.database import MemoryDatabase
 from tvm.s_tir.meta_schedule.runner import RunnerResult
 
 from autosched.costmodel import SearchCostModel, XGBCostModel
+from autosched.costmodel.evaluation import pairwise_accuracy
 from autosched.costmodel.features import FEATURE_WIDTH, candidate_features
+from autosched.costmodel.xgb import OBJECTIVES
 from autosched.intrinsics import use_tensor_intrinsics
 from autosched.target import host_target, to_tvm_target
 from autosched.workloads import get_workload
@@ -42,12 +44,6 @@ def _latencies(features: np.ndarray) -> np.ndarray:
     return np.exp(scores / np.abs(scores).max())
 
 
-def _pairwise_accuracy(predicted: np.ndarray, latencies: np.ndarray) -> float:
-    faster = latencies[:, None] < latencies[None, :]
-    ranked = predicted[:, None] > predicted[None, :]
-    return float((faster & ranked).sum() / faster.sum())
-
-
 def test_features_have_one_fixed_width_row_per_candidate(sampled) -> None:
     context, candidates = sampled
     features = candidate_features(context, candidates)
@@ -55,14 +51,15 @@ def test_features_have_one_fixed_width_row_per_candidate(sampled) -> None:
     assert np.isfinite(features).all() and features.any(axis=1).all()
 
 
-def test_the_model_learns_to_rank_unseen_candidates(sampled) -> None:
+@pytest.mark.parametrize("objective", sorted(OBJECTIVES))
+def test_the_model_learns_to_rank_unseen_candidates(sampled, objective: str) -> None:
     context, candidates = sampled
     features = candidate_features(context, candidates)
     latencies = _latencies(features)
-    model = XGBCostModel(seed=0)
+    model = XGBCostModel(seed=0, objective=objective)
     model.add("matmul", features[:64], list(latencies[:64]))
     model.fit()
-    accuracy = _pairwise_accuracy(model.predict(features[64:]), latencies[64:])
+    accuracy = pairwise_accuracy(model.predict(features[64:]), latencies[64:])
     assert accuracy > 0.75, f"pairwise rank accuracy on held-out candidates: {accuracy:.2f}"
 
 
@@ -88,6 +85,32 @@ def test_save_and_load_keep_the_model_and_its_data(sampled, tmp_path: Path) -> N
     loaded = XGBCostModel.load(tmp_path / "model")
     assert loaded.num_samples == 60 and loaded.trained_on == 60
     np.testing.assert_array_equal(loaded.predict(features), model.predict(features))
+
+
+def test_a_pretrained_model_predicts_with_its_base_and_fine_tuning_adds_to_it(sampled) -> None:
+    context, candidates = sampled
+    features = candidate_features(context, candidates)
+    latencies = _latencies(features)
+    shared = XGBCostModel(seed=0)
+    shared.add("other", features[:48], list(latencies[:48]))
+    shared.fit()
+    booster = shared.booster_bytes()
+
+    job_model = XGBCostModel.pretrained(booster, "throughput", seed=0)
+    assert job_model.trained and job_model.trained_on == 0
+    np.testing.assert_array_equal(job_model.predict(features), shared.predict(features))
+
+    job_model.add("mine", features[48:64], list(latencies[48:64]))
+    job_model.fit()
+    assert job_model.trained_on == 16
+    assert not np.array_equal(job_model.predict(features), shared.predict(features))
+    again = XGBCostModel.pretrained(booster, "throughput", seed=0)
+    np.testing.assert_array_equal(again.predict(features), shared.predict(features))
+
+
+def test_an_unknown_objective_is_refused() -> None:
+    with pytest.raises(ValueError, match="unknown objective 'l2'"):
+        XGBCostModel(objective="l2")
 
 
 def test_an_unfitted_model_refuses_to_predict() -> None:

@@ -1,8 +1,12 @@
 """The XGBoost cost model: learns which candidates of a workload run fastest, with save and load.
 
-Training data are grouped by workload (its portable key): a candidate's label is its group's best
-latency over its own latency, 1.0 for the fastest and towards 0 for slow or failed ones, so groups
-of different sizes and speeds share one model.
+Training data are grouped by workload: a candidate's label is its group's best latency over its
+own latency, 1.0 for the fastest and towards 0 for slow or failed ones, so groups of different
+sizes and speeds share one model. Two objectives learn from those labels: ``throughput`` regresses
+them, ``pairwise`` learns only their order within each group (XGBoost's ``rank:pairwise``).
+
+A model may start from a pretrained booster (a shared model of the target family): until it is
+fitted it predicts with that booster, and fitting adds a few boosting rounds on its own data.
 """
 
 from __future__ import annotations
@@ -17,8 +21,9 @@ import xgboost as xgb
 
 from autosched.costmodel.features import FEATURE_WIDTH
 
+OBJECTIVES = {"throughput": "reg:squarederror", "pairwise": "rank:pairwise"}
+DEFAULT_OBJECTIVE = "throughput"
 _PARAMS = {
-    "objective": "reg:squarederror",
     "max_depth": 10,
     "eta": 0.2,
     "gamma": 0.0001,
@@ -27,6 +32,9 @@ _PARAMS = {
     "verbosity": 0,
 }
 _BOOST_ROUNDS = 120
+# Rounds added to a pretrained booster: enough to learn the workload at hand, few enough that a
+# handful of its measurements do not overwrite what the family's log taught.
+_FINE_TUNE_ROUNDS = 30
 _MODEL_FILE = "model.ubj"
 _DATA_FILE = "data.npz"
 _META_FILE = "meta.json"
@@ -44,12 +52,40 @@ class XGBCostModel:
     Thread safety: none; one owner at a time.
     """
 
-    def __init__(self, *, seed: int = 0, nthread: int | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        seed: int = 0,
+        nthread: int | None = None,
+        objective: str = DEFAULT_OBJECTIVE,
+        base: xgb.Booster | None = None,
+    ) -> None:
+        if objective not in OBJECTIVES:
+            raise ValueError(f"unknown objective {objective!r}; use one of {sorted(OBJECTIVES)}")
         self._seed = seed
         self._nthread = nthread
+        self.objective = objective
+        self._base = base
         self._groups: dict[str, _Group] = {}
         self._booster: xgb.Booster | None = None
         self._trained_on = 0
+
+    @classmethod
+    def pretrained(cls, booster: bytes, objective: str, *, seed: int = 0) -> XGBCostModel:
+        """A model that starts from a serialised booster (see `booster_bytes`)."""
+        base = xgb.Booster()
+        base.load_model(bytearray(booster))
+        return cls(seed=seed, objective=objective, base=base)
+
+    def booster_bytes(self) -> bytes:
+        """The fitted booster, serialised (UBJSON).
+
+        Raises:
+            RuntimeError: the model was never fitted.
+        """
+        if self._booster is None:
+            raise RuntimeError("the cost model has not been fitted yet")
+        return bytes(self._booster.save_raw("ubj"))
 
     @property
     def num_samples(self) -> int:
@@ -63,7 +99,8 @@ class XGBCostModel:
 
     @property
     def trained(self) -> bool:
-        return self._booster is not None
+        """Whether it can predict: it was fitted, or it starts from a pretrained booster."""
+        return self._booster is not None or self._base is not None
 
     def add(self, group: str, features: np.ndarray, latencies: Sequence[float | None]) -> None:
         """Add measurements of candidates of one workload; a None latency marks a failed one."""
@@ -74,14 +111,19 @@ class XGBCostModel:
         data.latencies.extend(np.inf if x is None else float(x) for x in latencies)
 
     def fit(self) -> None:
-        """Fit the model on every measurement added; does nothing while none succeeded."""
-        xs, ys = self._training_set()
+        """Fit the model on every measurement added (on top of the pretrained booster, if any);
+        does nothing while none succeeded."""
+        xs, ys, groups = self._training_set()
         if not np.any(ys > 0):
             return
-        params = {**_PARAMS, "seed": self._seed}
+        params = {**_PARAMS, "objective": OBJECTIVES[self.objective], "seed": self._seed}
         if self._nthread is not None:
             params["nthread"] = self._nthread
-        self._booster = xgb.train(params, xgb.DMatrix(xs, label=ys), _BOOST_ROUNDS)
+        data = xgb.DMatrix(xs, label=ys, qid=groups if self.objective == "pairwise" else None)
+        if self._base is None:
+            self._booster = xgb.train(params, data, _BOOST_ROUNDS)
+        else:
+            self._booster = xgb.train(params, data, _FINE_TUNE_ROUNDS, xgb_model=self._base)
         self._trained_on = len(ys)
 
     def predict(self, features: np.ndarray) -> np.ndarray:
@@ -90,9 +132,10 @@ class XGBCostModel:
         Raises:
             RuntimeError: the model was never fitted.
         """
-        if self._booster is None:
+        booster = self._booster or self._base
+        if booster is None:
             raise RuntimeError("the cost model has not been fitted yet")
-        return self._booster.predict(xgb.DMatrix(features)).astype(np.float64)
+        return booster.predict(xgb.DMatrix(features)).astype(np.float64)
 
     def save(self, path: Path) -> None:
         """Write the model and its training data into the directory ``path``."""
@@ -106,14 +149,19 @@ class XGBCostModel:
             )
             arrays[f"y{index}"] = np.asarray(data.latencies, dtype=np.float64)
         np.savez_compressed(path / _DATA_FILE, **arrays)
-        meta = {"groups": list(self._groups), "seed": self._seed, "trained_on": self._trained_on}
+        meta = {
+            "groups": list(self._groups),
+            "seed": self._seed,
+            "trained_on": self._trained_on,
+            "objective": self.objective,
+        }
         (path / _META_FILE).write_text(json.dumps(meta))
 
     @classmethod
     def load(cls, path: Path) -> XGBCostModel:
         """Read a model written by `save`."""
         meta = json.loads((path / _META_FILE).read_text())
-        model = cls(seed=meta["seed"])
+        model = cls(seed=meta["seed"], objective=meta.get("objective", DEFAULT_OBJECTIVE))
         with np.load(path / _DATA_FILE) as arrays:
             for index, group in enumerate(meta["groups"]):
                 latencies = arrays[f"y{index}"]
@@ -123,14 +171,24 @@ class XGBCostModel:
             model._trained_on = meta["trained_on"]
         return model
 
-    def _training_set(self) -> tuple[np.ndarray, np.ndarray]:
+    def _training_set(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Features, labels and group numbers of every measurement, group after group."""
         xs: list[np.ndarray] = []
         ys: list[np.ndarray] = []
-        for data in self._groups.values():
+        groups: list[np.ndarray] = []
+        for index, data in enumerate(self._groups.values()):
             latencies = np.asarray(data.latencies, dtype=np.float64)
-            best = latencies.min()
-            ys.append(best / latencies if np.isfinite(best) else np.zeros_like(latencies))
+            ys.append(throughput_labels(latencies))
             xs.append(np.asarray(data.features, dtype=np.float32).reshape(-1, FEATURE_WIDTH))
+            groups.append(np.full(len(latencies), index))
         if not xs:
-            return np.zeros((0, FEATURE_WIDTH), dtype=np.float32), np.zeros(0)
-        return np.concatenate(xs), np.concatenate(ys)
+            return np.zeros((0, FEATURE_WIDTH), dtype=np.float32), np.zeros(0), np.zeros(0)
+        return np.concatenate(xs), np.concatenate(ys), np.concatenate(groups)
+
+
+def throughput_labels(latencies: np.ndarray) -> np.ndarray:
+    """Each latency as a fraction of its group's best throughput; +inf (failed) gives 0."""
+    best = latencies.min() if len(latencies) else np.inf
+    if not np.isfinite(best):
+        return np.zeros_like(latencies)
+    return best / latencies

@@ -294,6 +294,7 @@ class TuningLog:
         batch_size: int,
         strategy: str,
         seed: int | None,
+        cost_model_id: int | None = None,
     ) -> int:
         """Record a tuning job that starts now, with status RUNNING.
 
@@ -304,6 +305,7 @@ class TuningLog:
             batch_size: How many candidates are measured per batch (>= 1).
             strategy: The name of the search strategy.
             seed: The random seed, if the run is meant to be reproducible.
+            cost_model_id: The shared cost model version its search starts from, if any.
 
         Returns:
             The job id.
@@ -323,6 +325,7 @@ class TuningLog:
             status=JobStatus.RUNNING.value,
             created_at=now,
             started_at=now,
+            cost_model_id=cost_model_id,
         )
         with self._sessions.begin() as session:
             session.add(job)

@@ -1,0 +1,196 @@
+"""The shared cost model: versions in the log, training and leave-workload-out scores on recorded
+measurements, the version each job starts from, retraining as the log grows, and `autosched model`.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from recorded import DATA, load_recording
+from test_log import run_at_once
+
+from autosched.costmodel.dataset import load_dataset
+from autosched.costmodel.evaluation import pairwise_accuracy, top_k_score
+from autosched.costmodel.shared import RETRAIN_MIN_NEW, retrain_if_grown, train_shared
+from autosched.errors import UserError
+from autosched.log import TuningLog
+from autosched.log.costmodels import CostModelStore
+from autosched.measure import LocalMeasurer, MeasureConfig
+from autosched.target import host_target, target_family
+from autosched.tuner import TuneOptions, tune
+from autosched.workloads import get_workload
+from server.trainer import ModelTrainer
+
+SMALL_MATMULS = DATA / "small_matmuls.json.gz"  # 3 matmul shapes, 48 tuned candidates each
+FAMILY = target_family(host_target())
+
+
+@pytest.fixture
+def recorded(db_url: str) -> Iterator[TuningLog]:
+    """A log holding the recorded small matmuls, filed under this machine's CPU."""
+    log = TuningLog(db_url)
+    load_recording(SMALL_MATMULS, log, host_target())
+    yield log
+    log.close()
+
+
+def test_pairwise_accuracy_and_top_k_score_on_hand_made_rankings() -> None:
+    latencies = np.array([1.0, 2.0, 4.0, np.inf])
+    assert pairwise_accuracy(np.array([3.0, 2.0, 1.0, 9.0]), latencies) == 1.0
+    assert pairwise_accuracy(np.array([1.0, 2.0, 3.0, 0.0]), latencies) == 0.0
+    assert pairwise_accuracy(np.array([2.0, 3.0, 1.0, 0.0]), latencies) == pytest.approx(2 / 3)
+    # the favourite is the 2.0 candidate: half the best throughput; the top 2 include the best
+    assert top_k_score(np.array([5.0, 9.0, 1.0, 0.0]), latencies, 1) == 0.5
+    assert top_k_score(np.array([5.0, 9.0, 1.0, 0.0]), latencies, 2) == 1.0
+    assert top_k_score(np.array([0.0, 0.0, 0.0, 9.0]), latencies, 1) == 0.0
+
+
+def test_versions_count_up_per_family_even_when_added_at_once(db_url: str) -> None:
+    with TuningLog(db_url) as log:
+        store = CostModelStore(log)
+
+        def add(family: str) -> int:
+            model = store.add(
+                family=family,
+                objective="throughput",
+                booster=b"x",
+                trained_on=1,
+                workloads=1,
+                last_measurement_id=1,
+            )
+            return model.version
+
+        assert sorted(run_at_once(4, lambda: add("llvm:a"))) == [1, 2, 3, 4]
+        assert add("cuda:sm_90") == 1
+        latest = store.latest("llvm:a")
+        assert latest is not None and latest.version == 4
+        assert [m.version for m in store.versions("llvm:a")] == [1, 2, 3, 4]
+        assert store.latest("llvm:none") is None
+        store.set_scores(latest.id, {"shared": None})
+        assert store.get(latest.id).scores == {"shared": None}
+        with pytest.raises(UserError, match="no cost model 999"):
+            store.get(999)
+
+
+def test_training_stores_a_version_with_its_data_size_and_scores(recorded: TuningLog) -> None:
+    trained = train_shared(recorded, FAMILY)
+    model = trained.model
+    assert (model.family, model.version, model.objective) == (FAMILY, 1, "throughput")
+    assert model.trained_on == 3 * 49 and model.workloads == 3  # each with its baseline
+    assert model.scores is not None and model.scores["workloads"] == 3
+    assert 0.0 <= model.scores["shared"]["pairwise"] <= 1.0
+    assert 0.0 < model.scores["shared"]["top5"] <= 1.0
+    # 49 measurements per workload are too few to also learn from its first 64
+    assert model.scores["per_job"] is None and model.scores["fine_tuned"] is None
+    assert CostModelStore(recorded).booster(model.id)
+
+    # features were cached: a second read extracts none
+    extracted: list[int] = []
+    data = load_dataset(
+        CostModelStore(recorded), FAMILY, on_progress=lambda d, t: extracted.append(t)
+    )
+    assert extracted == [] and len(data) == 3 * 49
+
+
+def test_a_family_without_measurements_cannot_be_trained(db_url: str) -> None:
+    with TuningLog(db_url) as log, pytest.raises(UserError, match="no successful measurements"):
+        train_shared(log, "cuda:sm_90")
+
+
+def test_retraining_waits_for_enough_new_measurements(recorded: TuningLog) -> None:
+    assert RETRAIN_MIN_NEW <= 3 * 49
+    first = retrain_if_grown(recorded, FAMILY)
+    assert first is not None and first.model.version == 1 and first.model.scores is None
+    assert retrain_if_grown(recorded, FAMILY) is None
+    assert ModelTrainer(recorded).step() == []
+
+
+def test_the_service_trainer_trains_each_family_that_grew(recorded: TuningLog) -> None:
+    assert ModelTrainer(recorded).step() == [FAMILY]
+    assert CostModelStore(recorded).latest(FAMILY) is not None
+
+
+def test_a_job_records_the_version_it_started_from(tmp_path: Path) -> None:
+    target = host_target()
+    workload = get_workload("matmul", {"M": 32, "N": 32, "K": 32})
+    fast = MeasureConfig(repeat=2, min_repeat_ms=1, run_timeout_secs=5)
+    with TuningLog(f"sqlite:///{tmp_path / 'log.db'}") as log:
+        load_recording(SMALL_MATMULS, log, target)
+        model = train_shared(log, FAMILY, evaluate=False).model
+        measurer = LocalMeasurer(target, fast)
+        try:
+            warm = tune(workload, target, log, measurer, TuneOptions(trials=4, batch_size=4))
+            cold = tune(
+                workload, target, log, measurer, TuneOptions(trials=4, batch_size=4, warm=False)
+            )
+        finally:
+            measurer.close()
+        store = CostModelStore(log)
+        assert warm.cost_model == model and store.job_model(warm.job_id) == model.id
+        assert cold.cost_model is None and store.job_model(cold.job_id) is None
+        assert warm.as_json()["cost_model"] == {"id": model.id, "family": FAMILY, "version": 1}
+
+
+def _autosched(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "autosched", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_model_train_list_and_eval_on_the_command_line(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'log.db'}"
+    with TuningLog(url) as log:
+        load_recording(SMALL_MATMULS, log, host_target())
+
+    trained = _autosched(
+        "model",
+        "train",
+        "--db",
+        url,
+        "--objective",
+        "pairwise",
+        "--no-eval",
+        "--json",
+        cwd=tmp_path,
+    )
+    assert trained.returncode == 0, trained.stderr
+    model = json.loads(trained.stdout)
+    assert model["version"] == 1 and model["objective"] == "pairwise" and model["scores"] is None
+
+    listed = _autosched("model", "list", "--db", url, "--json", cwd=tmp_path)
+    assert [m["id"] for m in json.loads(listed.stdout)] == [model["id"]]
+
+    evaluated = _autosched("model", "eval", "--db", url, "--first", "16", "--json", cwd=tmp_path)
+    assert evaluated.returncode == 0, evaluated.stderr
+    document = json.loads(evaluated.stdout)
+    assert document["family"] == FAMILY and len(document["held_out"]) == 3
+    assert all(item["per_job"] is not None for item in document["held_out"])
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["model", "train", "--db", "sqlite:///missing.db"], "no tuning log at missing.db"),
+        (["model", "train", "--objective", "l2", "--db", "sqlite:///log.db"], "unknown objective"),
+        (["model", "train", "--db", "sqlite:///log.db"], "no successful measurements"),
+        (["model", "eval", "--db", "sqlite:///log.db"], "two workloads or more"),
+        (["model", "list", "--target", "gpu", "--db", "sqlite:///log.db"], "unknown target"),
+    ],
+)
+def test_bad_model_commands_are_one_line_errors(
+    tmp_path: Path, args: list[str], message: str
+) -> None:
+    TuningLog(f"sqlite:///{tmp_path / 'log.db'}").close()
+    result = _autosched(*args, cwd=tmp_path)
+    assert result.returncode == 2
+    assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1

@@ -11,11 +11,14 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from autosched.costmodel import SearchCostModel, XGBCostModel
+from autosched.costmodel import SearchCostModel
+from autosched.costmodel.shared import starting_model
 from autosched.errors import Cancelled
 from autosched.log import JobStatus, TuningLog
+from autosched.log.costmodels import ModelInfo
 from autosched.log.subjects import ensure_subject
 from autosched.measure import CorrectnessGate, Measurer
+from autosched.measure.replay import check_not_source
 from autosched.records import CandidateResult, MeasureResult, WorkloadRef
 from autosched.schedule import BASELINE_TRACE, program_hash
 from autosched.search import EvolutionarySearch, Proposal, population_for
@@ -28,10 +31,14 @@ _STALE_BATCHES = 3
 
 @dataclass(frozen=True)
 class TuneOptions:
+    """How to tune: the budget, the batch, the seed, the strategy, and whether the search starts
+    from the target family's shared cost model (``warm``) or from a fresh one."""
+
     trials: int = 64
     batch_size: int = 64
     seed: int | None = None
     strategy: str = "evolutionary"
+    warm: bool = True
 
 
 @dataclass(frozen=True)
@@ -56,6 +63,7 @@ class TuneReport:
     baseline_latency_secs: float | None
     flops: float | None
     wall_secs: float
+    cost_model: ModelInfo | None = None
 
     @property
     def gflops(self) -> float | None:
@@ -85,6 +93,13 @@ class TuneReport:
             "baseline_latency_us": us(self.baseline_latency_secs),
             "speedup": self.speedup,
             "wall_secs": self.wall_secs,
+            "cost_model": None
+            if self.cost_model is None
+            else {
+                "id": self.cost_model.id,
+                "family": self.cost_model.family,
+                "version": self.cost_model.version,
+            },
         }
 
 
@@ -100,9 +115,11 @@ def tune(
     """Tune ``workload`` for ``target`` with ``options.trials`` new measurements.
 
     Candidates already measured for this workload and target (same program hash) are not measured
-    again. Once ``stop`` is set the run raises Cancelled at the next safe point, before the next
+    again. A replay simulator's results cannot be recorded into the log it replays (UserError).
+    Once ``stop`` is set the run raises Cancelled at the next safe point, before the next
     batch is recorded; the job is then marked interrupted, or failed on any other exception.
     """
+    check_not_source(measurer, log)
     stop = stop or threading.Event()
     started = time.perf_counter()
     target = canonical_target(target)
@@ -110,6 +127,9 @@ def tune(
     stored_workload, stored_target = ensure_subject(log, workload, target)
     workload_id, target_id = stored_workload.id, stored_target.id
     device_id = log.ensure_device(device_fingerprint(target))
+    cost_model, started_from = starting_model(
+        log, target, seed=options.seed or 0, warm=options.warm
+    )
     job_id = log.start_job(
         workload_id=workload_id,
         target_id=target_id,
@@ -117,6 +137,7 @@ def tune(
         batch_size=options.batch_size,
         strategy=options.strategy,
         seed=options.seed,
+        cost_model_id=None if started_from is None else started_from.id,
     )
     history = log.records(workload_id, target_id)
     known = {record.program_hash: record.result for record in history}
@@ -145,7 +166,7 @@ def tune(
         search = EvolutionarySearch(
             workload,
             target,
-            SearchCostModel(XGBCostModel(seed=options.seed or 0), workload.key, options.seed or 0),
+            SearchCostModel(cost_model, workload.key, options.seed or 0),
             batch_size=options.batch_size,
             seed=options.seed,
             history=history,
@@ -187,6 +208,7 @@ def tune(
         baseline_latency_secs=baseline,
         flops=workload.flops,
         wall_secs=time.perf_counter() - started,
+        cost_model=started_from,
     )
 
 

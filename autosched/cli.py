@@ -61,21 +61,39 @@ def tune(
     trials: Annotated[int, typer.Option(min=1, max=100_000, help="New measurements.")] = 64,
     batch: Annotated[int, typer.Option(min=1, max=4096, help="Candidates per batch.")] = 64,
     seed: Annotated[int | None, typer.Option(help="Seed for a reproducible search.")] = None,
+    strategy: Annotated[
+        str, typer.Option(help="evolutionary (guided by the cost model), tpe, or random.")
+    ] = "evolutionary",
+    cold: Annotated[
+        bool,
+        typer.Option(
+            "--cold", help="Start from a fresh cost model, not the target family's shared one."
+        ),
+    ] = False,
     db: DbOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Tune a workload on this machine and record every measurement in the tuning log."""
+    """Tune a workload on this machine and record every measurement in the tuning log.
+
+    Afterwards the target family's shared cost model is retrained if the log grew enough.
+    """
+    from autosched.costmodel.shared import retrain_if_grown
     from autosched.measure import LocalMeasurer
-    from autosched.target import parse_target
+    from autosched.search.strategies import STRATEGIES
+    from autosched.target import parse_target, target_family
     from autosched.tuner import TuneOptions
     from autosched.tuner import tune as run_tuning
 
+    if strategy not in STRATEGIES:
+        raise UserError(f"unknown strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}")
     spec = _resolve_workload(workload, param, file)
     target_json = parse_target(target)
     log = open_log(db, must_exist=False)
     stop = threading.Event()
     measurer = LocalMeasurer(target_json, cancel=stop)
-    options = TuneOptions(trials=trials, batch_size=batch, seed=seed)
+    options = TuneOptions(
+        trials=trials, batch_size=batch, seed=seed, strategy=strategy, warm=not cold
+    )
     progress = Progress(
         TextColumn(f"tuning {spec.name}"),
         BarColumn(),
@@ -93,14 +111,24 @@ def tune(
         progress.update(task, completed=update.trials_done, best=best, failed=update.failed)
 
     try:
-        with progress, stop_on_signals(stop, "the batch in flight is dropped"):
-            report = run_tuning(spec, target_json, log, measurer, options, on_progress, stop)
+        try:
+            with progress, stop_on_signals(stop, "the batch in flight is dropped"):
+                report = run_tuning(spec, target_json, log, measurer, options, on_progress, stop)
+        finally:
+            measurer.close()
+        retrained = retrain_if_grown(log, target_family(target_json))
     except Cancelled:
         _err.print("interrupted: measurements of completed batches are kept in the log")
         raise typer.Exit(code=130) from None
     finally:
-        measurer.close()
         log.close()
+    if retrained is not None and not as_json:
+        model = retrained.model
+        _err.print(
+            f"{model.family} cost model version {model.version} trained on "
+            f"{model.trained_on} measurements in {retrained.secs:.1f} s",
+            highlight=False,
+        )
     if as_json:
         print(json.dumps(report.as_json()))
         return

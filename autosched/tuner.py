@@ -21,7 +21,8 @@ from autosched.measure import CorrectnessGate, Measurer
 from autosched.measure.replay import check_not_source
 from autosched.records import CandidateResult, MeasureResult, WorkloadRef
 from autosched.schedule import BASELINE_TRACE, program_hash
-from autosched.search import EvolutionarySearch, Proposal, population_for
+from autosched.search import Proposal
+from autosched.search.strategies import make_strategy
 from autosched.target import canonical_target, device_fingerprint
 from autosched.workload import Workload
 
@@ -163,14 +164,16 @@ def tune(
 
     try:
         baseline = _baseline(workload, ref, measurer, known, record)
-        search = EvolutionarySearch(
+        search = make_strategy(
+            options.strategy,
             workload,
             target,
-            SearchCostModel(cost_model, workload.key, options.seed or 0),
+            cost_model=SearchCostModel(cost_model, workload.key, options.seed or 0),
+            trials=options.trials,
             batch_size=options.batch_size,
             seed=options.seed,
             history=history,
-            population_size=population_for(options.trials),
+            study_storage=log.engine_url,
         )
         done = failed = stale = 0
         while done < options.trials and stale < _STALE_BATCHES:
@@ -188,8 +191,7 @@ def tune(
             stale = 0 if fresh else stale + 1
             if on_progress is not None:
                 on_progress(Progress(done, options.trials, failed, gate.best))
-            if done < options.trials:
-                search.tell(proposals, [known[p.program_hash] for p in proposals])
+            search.tell(proposals, [known[p.program_hash] for p in proposals])
     except (Cancelled, KeyboardInterrupt):
         log.end_job(job_id, JobStatus.INTERRUPTED)
         raise

@@ -20,7 +20,8 @@ from autosched.log.costmodels import CostModelStore
 from autosched.log.queue import JobProgress, WorkQueue
 from autosched.records import MeasureResult
 from autosched.schedule import BASELINE_TRACE, program_hash
-from autosched.search import EvolutionarySearch, Proposal, population_for
+from autosched.search import Proposal
+from autosched.search.strategies import make_strategy
 from autosched.workload import resolve_workload
 
 logger = logging.getLogger(__name__)
@@ -48,14 +49,16 @@ class JobDriver:
         )
         if recorded is None and started_from is not None:
             models.set_job_model(job.id, started_from.id)
-        self._search = EvolutionarySearch(
+        self._search = make_strategy(
+            job.strategy,
             workload,
             job.target.target_json,
-            SearchCostModel(cost_model, workload.key, seed),
+            cost_model=SearchCostModel(cost_model, workload.key, seed),
+            trials=job.trials,
             batch_size=job.batch_size,
             seed=job.seed,
             history=history,
-            population_size=population_for(job.trials),
+            study_storage=log.engine_url,
         )
         seen = queue.measured_since(job.id, 0)
         self._last_measurement = seen[-1].measurement_id if seen else 0

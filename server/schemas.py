@@ -31,7 +31,7 @@ MAX_LEASE = 1024
 MAX_PAGE = 1000
 Id = Annotated[int, Field(ge=1, le=MAX_ID)]
 Seconds = Annotated[float, Field(ge=0, allow_inf_nan=False)]
-Strategy = Literal["evolutionary"]
+Strategy = Literal["evolutionary", "tpe", "random"]
 
 
 def problem_line(problems: Sequence[Mapping[str, Any]], *, skip: int = 0) -> str:

@@ -181,6 +181,12 @@ class TuningLog:
         return self._url
 
     @property
+    def engine_url(self) -> str:
+        """The URL with the driver the log uses spelled out, for other SQLAlchemy users of the same
+        database (Optuna's studies)."""
+        return self._engine.url.render_as_string(hide_password=False)
+
+    @property
     def sessions(self) -> sessionmaker[Session]:
         """Sessions on the log's database, for stores that share it (``autosched.log.queue``)."""
         return self._sessions

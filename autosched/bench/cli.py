@@ -1,4 +1,5 @@
-"""The `autosched bench` sub-commands: `kernels` (the workload zoo against peers and roofline)."""
+"""The `autosched bench` sub-commands: `kernels` (the workload zoo against peers and roofline) and
+`search` (how many trials each way of searching needs)."""
 
 from __future__ import annotations
 
@@ -97,3 +98,113 @@ def kernels(
 
 def _number(value: float | None, digits: int = 1) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
+
+
+@bench_app.command("search")
+def search(
+    workloads: Annotated[
+        list[str] | None,
+        typer.Argument(help="Workloads to search (default: matmul and conv2d_nhwc)."),
+    ] = None,
+    param: Annotated[
+        list[str] | None, typer.Option("-p", "--param", help="A parameter of every workload.")
+    ] = None,
+    trials: Annotated[int, typer.Option(min=1, max=100_000, help="Trials per run.")] = 256,
+    seeds: Annotated[int, typer.Option(min=1, max=100, help="Runs per arm, seeds 0..K-1.")] = 3,
+    batch: Annotated[int, typer.Option(min=1, max=4096, help="Candidates per batch.")] = 32,
+    arms: Annotated[
+        str, typer.Option(help="Comma-separated arms among cold, warm, tpe, random.")
+    ] = "cold,warm,tpe,random",
+    db: Annotated[
+        str | None,
+        typer.Option(
+            help="Source log: the warm arm learns from its other workloads "
+            "[AUTOSCHED_DB; ./autosched.db]."
+        ),
+    ] = None,
+    replay: Annotated[
+        bool,
+        typer.Option(
+            "--replay",
+            help="Answer candidates from the source log (and a model's guesses) instead of "
+            "building and timing them.",
+        ),
+    ] = False,
+    target: Annotated[str | None, typer.Option(help='"llvm" (this CPU, the default).')] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
+    plot: Annotated[Path | None, typer.Option(help="Write a PNG chart here.")] = None,
+) -> None:
+    """Best latency against trials and seconds for cold, warm, TPE and random search."""
+    from autosched.bench.search import bench_search, plot_results
+    from autosched.cli_options import open_log
+    from autosched.target import parse_target
+    from autosched.workloads import get_workload, parse_param_overrides
+
+    chosen = [arm.strip() for arm in arms.split(",") if arm.strip()]
+    overrides = parse_param_overrides(param or [])
+    specs = [get_workload(name, overrides) for name in workloads or ["matmul", "conv2d_nhwc"]]
+    target_json = parse_target(target)
+    source = open_log(db, must_exist=True) if "warm" in chosen or replay else None
+    try:
+        results = bench_search(
+            specs,
+            target_json,
+            trials=trials,
+            seeds=seeds,
+            batch_size=batch,
+            arms=chosen,
+            source=source,
+            replay=replay,
+            on_run=None
+            if as_json
+            else lambda name, run: _err.print(
+                f"done: {name} {run.arm} seed {run.seed}: best "
+                f"{_number(None if run.best_secs is None else run.best_secs * 1e6, 2)} us "
+                f"in {run.wall_secs:.0f} s"
+            ),
+        )
+    finally:
+        if source is not None:
+            source.close()
+    if plot is not None:
+        plot_results(results, plot)
+    if as_json:
+        print(json.dumps({"target": target_json, "replay": replay, "results": [
+            result.as_json() for result in results
+        ]}))  # fmt: skip
+        return
+    for result in results:
+        params = " ".join(f"{k}={v}" for k, v in result.params.items() if k != "dtype")
+        table = Table(
+            "arm", "median best us", "spread us", "median wall s", "trials to 90%",
+            "trials to 95%", "trials to cold's best",
+            title=f"{result.workload} {params}: {result.trials} trials x {seeds} seeds; "
+            f"best of all {_number(result.best_us, 2)} us"
+            + (" (replayed)" if replay else ""),
+        )  # fmt: skip
+        for arm in result.arms:
+            table.add_row(
+                arm.arm,
+                _number(arm.median_best_us, 2),
+                f"{_number(arm.min_best_us, 2)} - {_number(arm.max_best_us, 2)}",
+                _number(arm.median_wall_secs, 0),
+                _reach(arm.trials_to_90),
+                _reach(arm.trials_to_95),
+                _reach(arm.trials_to_cold_best),
+            )
+        _out.print(table)
+        if replay:
+            for arm in result.arms:
+                counts = [run.simulated for run in result.runs if run.arm == arm.arm]
+                replayed = sum(c["replayed"] for c in counts if c)
+                predicted = sum(c["predicted"] for c in counts if c)
+                _out.print(
+                    f"  {arm.arm}: {replayed} candidates replayed from the log, "
+                    f"{predicted} guessed by the cost model"
+                )
+        if result.note:
+            _err.print(result.note)
+
+
+def _reach(trials: int | None) -> str:
+    return "never" if trials is None else str(trials)

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from autosched.bench import plotting as plots
 from autosched.errors import UserError
 from autosched.log import TuningLog
 from autosched.measure import LocalMeasurer
@@ -222,13 +223,7 @@ def plot_rows(rows: Sequence[KernelRow], path: Path) -> None:
     Raises:
         UserError: matplotlib is not installed.
     """
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        from matplotlib import pyplot
-    except ImportError:
-        raise UserError("--plot needs matplotlib: pip install 'autosched[zoo]'") from None
+    pyplot = plots.pyplot()
     labels = [row.workload for row in rows]
     positions = np.arange(len(rows))
     figure, (latency, roofline) = pyplot.subplots(

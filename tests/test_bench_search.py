@@ -1,0 +1,91 @@
+"""`autosched bench search`: every arm's curve, the summary, the chart, and bad input; on the replay
+simulator over recorded measurements, and once with real builds and timings."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from itertools import pairwise
+from pathlib import Path
+
+import pytest
+from recorded import DATA, load_recording
+
+from autosched.log import TuningLog
+from autosched.target import host_target
+
+SHAPE = ["-p", "M=64", "-p", "N=64", "-p", "K=64"]
+
+
+def _autosched(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "autosched", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+def _check_curves(result: dict, arms: list[str], seeds: int, trials: int) -> None:
+    assert [arm["arm"] for arm in result["arms"]] == arms
+    assert len(result["runs"]) == len(arms) * seeds
+    for run in result["runs"]:
+        counts = [point[0] for point in run["curve"]]
+        bests = [point[2] for point in run["curve"]]
+        assert counts == sorted(counts) and counts[-1] == trials
+        assert all(a >= b for a, b in pairwise(bests))  # the best only improves
+        assert bests[-1] >= result["best_us"]
+
+
+def test_every_arm_on_the_replay_simulator(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'recorded.db'}"
+    with TuningLog(url) as log:
+        load_recording(DATA / "small_matmuls.json.gz", log, host_target())
+    plot = tmp_path / "search.png"
+    result = _autosched(
+        "bench", "search", "matmul", *SHAPE, "--trials", "8", "--seeds", "3", "--batch", "4",
+        "--db", url, "--replay", "--json", "--plot", str(plot), cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    document = json.loads(result.stdout)
+    assert document["replay"] is True
+    (matmul,) = document["results"]
+    _check_curves(matmul, ["cold", "warm", "tpe", "random"], seeds=3, trials=8)
+    for run in matmul["runs"]:
+        assert run["simulated"]["refused"] == 0
+        assert run["simulated"]["replayed"] + run["simulated"]["predicted"] == 1 + 8
+    for arm in matmul["arms"]:
+        assert arm["min_best_us"] <= arm["median_best_us"] <= arm["max_best_us"]
+    cold = next(arm for arm in matmul["arms"] if arm["arm"] == "cold")
+    assert cold["trials_to_cold_best"] is not None  # the median seed reaches its own best
+    assert plot.read_bytes().startswith(b"\x89PNG")
+
+
+def test_real_builds_and_timings_without_a_source_log(tmp_path: Path) -> None:
+    result = _autosched(
+        "bench", "search", "matmul", "-p", "M=32", "-p", "N=32", "-p", "K=32", "--trials", "4",
+        "--seeds", "1", "--batch", "4", "--arms", "cold,random", "--json", cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    (matmul,) = json.loads(result.stdout)["results"]
+    _check_curves(matmul, ["cold", "random"], seeds=1, trials=4)
+    assert all(run["simulated"] is None for run in matmul["runs"])
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--arms", "cold,greedy"], "unknown arm 'greedy'"),
+        (["--db", "sqlite:///missing.db"], "no tuning log at missing.db"),
+        (["--arms", "cold", "--replay", "--db", "sqlite:///empty.db"], "no successful"),
+    ],
+)
+def test_bad_bench_search_input_is_a_one_line_error(
+    tmp_path: Path, args: list[str], message: str
+) -> None:
+    TuningLog(f"sqlite:///{tmp_path / 'empty.db'}").close()
+    result = _autosched("bench", "search", "matmul", *SHAPE, "--trials", "4", *args, cwd=tmp_path)
+    assert result.returncode == 2
+    assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1

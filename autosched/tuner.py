@@ -191,7 +191,9 @@ def tune(
             stale = 0 if fresh else stale + 1
             if on_progress is not None:
                 on_progress(Progress(done, options.trials, failed, gate.best))
-            search.tell(proposals, [known[p.program_hash] for p in proposals])
+            # The last batch may have been cut to the budget: tell what was measured.
+            told = [p for p in proposals if p.program_hash in known]
+            search.tell(told, [known[p.program_hash] for p in told])
     except (Cancelled, KeyboardInterrupt):
         log.end_job(job_id, JobStatus.INTERRUPTED)
         raise

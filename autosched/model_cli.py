@@ -6,7 +6,8 @@ The family is the one of ``--target`` (this CPU by default); see ``autosched.tar
 from __future__ import annotations
 
 import json
-from typing import Annotated
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Annotated, TypeVar
 
 import typer
 from rich.console import Console
@@ -14,6 +15,12 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 
 from autosched.cli_options import DbOpt, JsonOpt, open_log
+
+if TYPE_CHECKING:
+    from autosched.log import TuningLog
+
+T = TypeVar("T")
+ProgressCallback = Callable[[int, int], None]
 
 model_app = typer.Typer(
     name="model",
@@ -60,21 +67,25 @@ def _checked_objective(objective: str) -> str:
     return objective
 
 
-def _feature_progress(enabled: bool) -> tuple[Progress, object]:
+def _on_family_log(
+    db: str | None, show_progress: bool, work: Callable[[TuningLog, ProgressCallback], T]
+) -> T:
+    """Run ``work`` on the log at ``db``, showing its feature extraction unless told not to."""
+    log = open_log(db, must_exist=True)
     progress = Progress(
         TextColumn("extracting features"),
         BarColumn(),
         MofNCompleteColumn(),
         console=_err,
-        disable=not enabled,
+        disable=not show_progress,
         transient=True,
     )
     task = progress.add_task("features", total=None)
-
-    def on_progress(done: int, total: int) -> None:
-        progress.update(task, completed=done, total=total)
-
-    return progress, on_progress
+    try:
+        with progress:
+            return work(log, lambda done, total: progress.update(task, completed=done, total=total))
+    finally:
+        log.close()
 
 
 @model_app.command("train")
@@ -92,15 +103,13 @@ def train(
 
     family = _family(target)
     objective = _checked_objective(objective)
-    log = open_log(db, must_exist=True)
-    progress, on_progress = _feature_progress(not as_json)
-    try:
-        with progress:
-            trained = train_shared(
-                log, family, objective=objective, evaluate=not no_eval, on_progress=on_progress
-            )
-    finally:
-        log.close()
+    trained = _on_family_log(
+        db,
+        not as_json,
+        lambda log, on_progress: train_shared(
+            log, family, objective=objective, evaluate=not no_eval, on_progress=on_progress
+        ),
+    )
     if as_json:
         print(json.dumps({**trained.model.as_json(), "secs": trained.secs}))
         return
@@ -128,15 +137,13 @@ def evaluate(
 
     family = _family(target)
     objective = _checked_objective(objective)
-    log = open_log(db, must_exist=True)
-    progress, on_progress = _feature_progress(not as_json)
-    try:
-        with progress:
-            _, evaluation = evaluate_family(
-                log, family, objective=objective, first=first, on_progress=on_progress
-            )
-    finally:
-        log.close()
+    _, evaluation = _on_family_log(
+        db,
+        not as_json,
+        lambda log, on_progress: evaluate_family(
+            log, family, objective=objective, first=first, on_progress=on_progress
+        ),
+    )
     document = evaluation.as_json()
     if as_json:
         print(json.dumps({"family": family, **document}))

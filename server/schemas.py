@@ -134,6 +134,9 @@ class JobPublic(BaseModel):
     failed: int
     best_latency_secs: float | None
     curve: list[CurvePoint]
+    cost_model_id: int | None = Field(
+        None, description="The shared cost model version the job's search started from."
+    )
 
     @classmethod
     def of(cls, job: JobProgress) -> JobPublic:
@@ -153,6 +156,7 @@ class JobPublic(BaseModel):
             failed=job.failed,
             best_latency_secs=job.best_latency_secs,
             curve=[CurvePoint(trials=n, best_latency_secs=secs) for n, secs in job.curve],
+            cost_model_id=job.cost_model_id,
         )
 
 

@@ -4,28 +4,17 @@ simulator over recorded measurements, and once with real builds and timings."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from itertools import pairwise
 from pathlib import Path
 
 import pytest
 from recorded import DATA, load_recording
+from test_cli import autosched
 
 from autosched.log import TuningLog
 from autosched.target import host_target
 
 SHAPE = ["-p", "M=64", "-p", "N=64", "-p", "K=64"]
-
-
-def _autosched(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "autosched", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
 
 
 def _check_curves(result: dict, arms: list[str], seeds: int, trials: int) -> None:
@@ -44,11 +33,10 @@ def test_every_arm_on_the_replay_simulator(tmp_path: Path) -> None:
     with TuningLog(url) as log:
         load_recording(DATA / "small_matmuls.json.gz", log, host_target())
     plot = tmp_path / "search.png"
-    result = _autosched(
+    result = autosched(
         "bench", "search", "matmul", *SHAPE, "--trials", "8", "--seeds", "3", "--batch", "4",
         "--db", url, "--replay", "--json", "--plot", str(plot), cwd=tmp_path,
     )  # fmt: skip
-    assert result.returncode == 0, result.stderr
     document = json.loads(result.stdout)
     assert document["replay"] is True
     (matmul,) = document["results"]
@@ -64,11 +52,10 @@ def test_every_arm_on_the_replay_simulator(tmp_path: Path) -> None:
 
 
 def test_real_builds_and_timings_without_a_source_log(tmp_path: Path) -> None:
-    result = _autosched(
+    result = autosched(
         "bench", "search", "matmul", "-p", "M=32", "-p", "N=32", "-p", "K=32", "--trials", "4",
         "--seeds", "1", "--batch", "4", "--arms", "cold,random", "--json", cwd=tmp_path,
     )  # fmt: skip
-    assert result.returncode == 0, result.stderr
     (matmul,) = json.loads(result.stdout)["results"]
     _check_curves(matmul, ["cold", "random"], seeds=1, trials=4)
     assert all(run["simulated"] is None for run in matmul["runs"])
@@ -86,6 +73,8 @@ def test_bad_bench_search_input_is_a_one_line_error(
     tmp_path: Path, args: list[str], message: str
 ) -> None:
     TuningLog(f"sqlite:///{tmp_path / 'empty.db'}").close()
-    result = _autosched("bench", "search", "matmul", *SHAPE, "--trials", "4", *args, cwd=tmp_path)
+    result = autosched(
+        "bench", "search", "matmul", *SHAPE, "--trials", "4", *args, cwd=tmp_path, check=False
+    )
     assert result.returncode == 2
     assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1

@@ -5,10 +5,13 @@ from __future__ import annotations
 import threading
 import time
 
+from recorded import DATA, load_recording
+
+from autosched.costmodel.shared import train_shared
 from autosched.log import JobStatus, TuningLog
 from autosched.log.queue import WorkQueue
 from autosched.measure import MeasureConfig
-from autosched.target import host_target
+from autosched.target import host_target, target_family
 from autosched.workloads import get_workload
 from server.engine import Engine
 from workers.daemon import WorkerDaemon
@@ -26,6 +29,8 @@ def _wait_for(condition, timeout: float = 240.0) -> None:
 def test_jobs_are_tuned_to_their_budget_by_engine_and_workers(db_url: str) -> None:
     target = host_target()
     with TuningLog(db_url) as log:
+        load_recording(DATA / "small_matmuls.json.gz", log, target)
+        model = train_shared(log, target_family(target), evaluate=False).model
         queue = WorkQueue(log)
         jobs = [
             queue.submit(
@@ -41,7 +46,7 @@ def test_jobs_are_tuned_to_their_budget_by_engine_and_workers(db_url: str) -> No
                 target,
                 trials=4,
                 batch_size=2,
-                strategy="evolutionary",
+                strategy="tpe",
                 seed=2,
             ),
         ]
@@ -66,6 +71,7 @@ def test_jobs_are_tuned_to_their_budget_by_engine_and_workers(db_url: str) -> No
             assert progress.status is JobStatus.FINISHED
             assert progress.trials_done == progress.trials
             assert progress.best_latency_secs is not None and progress.curve
+            assert progress.cost_model_id == model.id  # every job starts from the shared model
             records = log.records(progress.workload.id, progress.target.id)
             hashes = [r.program_hash for r in records]
             assert len(hashes) == len(set(hashes)) == progress.trials + 1  # and the baseline

@@ -5,14 +5,13 @@ measurements, the version each job starts from, retraining as the log grows, and
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
 from recorded import DATA, load_recording
+from test_cli import autosched
 from test_log import run_at_once
 
 from autosched.costmodel.dataset import load_dataset
@@ -137,22 +136,12 @@ def test_a_job_records_the_version_it_started_from(tmp_path: Path) -> None:
         assert warm.as_json()["cost_model"] == {"id": model.id, "family": FAMILY, "version": 1}
 
 
-def _autosched(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "autosched", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-
-
 def test_model_train_list_and_eval_on_the_command_line(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'log.db'}"
     with TuningLog(url) as log:
         load_recording(SMALL_MATMULS, log, host_target())
 
-    trained = _autosched(
+    trained = autosched(
         "model",
         "train",
         "--db",
@@ -163,15 +152,13 @@ def test_model_train_list_and_eval_on_the_command_line(tmp_path: Path) -> None:
         "--json",
         cwd=tmp_path,
     )
-    assert trained.returncode == 0, trained.stderr
     model = json.loads(trained.stdout)
     assert model["version"] == 1 and model["objective"] == "pairwise" and model["scores"] is None
 
-    listed = _autosched("model", "list", "--db", url, "--json", cwd=tmp_path)
+    listed = autosched("model", "list", "--db", url, "--json", cwd=tmp_path)
     assert [m["id"] for m in json.loads(listed.stdout)] == [model["id"]]
 
-    evaluated = _autosched("model", "eval", "--db", url, "--first", "16", "--json", cwd=tmp_path)
-    assert evaluated.returncode == 0, evaluated.stderr
+    evaluated = autosched("model", "eval", "--db", url, "--first", "16", "--json", cwd=tmp_path)
     document = json.loads(evaluated.stdout)
     assert document["family"] == FAMILY and len(document["held_out"]) == 3
     assert all(item["per_job"] is not None for item in document["held_out"])
@@ -191,6 +178,6 @@ def test_bad_model_commands_are_one_line_errors(
     tmp_path: Path, args: list[str], message: str
 ) -> None:
     TuningLog(f"sqlite:///{tmp_path / 'log.db'}").close()
-    result = _autosched(*args, cwd=tmp_path)
+    result = autosched(*args, cwd=tmp_path, check=False)
     assert result.returncode == 2
     assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1

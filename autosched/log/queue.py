@@ -68,6 +68,7 @@ class JobProgress:
     failed: int
     best_latency_secs: float | None
     curve: list[tuple[int, float]]
+    cost_model_id: int | None = None  # the shared cost model version its search started from
 
 
 @dataclass(frozen=True)
@@ -695,6 +696,7 @@ class WorkQueue:
             failed=failed,
             best_latency_secs=overall,
             curve=curve,
+            cost_model_id=job.cost_model_id,
         )
 
 

@@ -248,7 +248,7 @@ BAD_JOBS: list[tuple[dict, str]] = [
     ({"workload": MATMUL, "batch_size": 10**6}, "batch_size"),
     ({"workload": MATMUL, "seed": 2**40}, "seed"),
     ({"workload": MATMUL, "seed": -1}, "seed"),
-    ({"workload": MATMUL, "strategy": "random"}, "strategy"),
+    ({"workload": MATMUL, "strategy": "annealing"}, "strategy"),
     ({"workload": MATMUL, "priority": 1}, "priority"),
     ({"workload": MATMUL, "target": "tpu9000"}, "tpu9000"),
     ({"workload": MATMUL, "target": {"kind": "nope"}}, "invalid target"),

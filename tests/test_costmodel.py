@@ -12,6 +12,7 @@ from tvm.s_tir.meta_schedule.database import MemoryDatabase
 from tvm.s_tir.meta_schedule.runner import RunnerResult
 
 from autosched.costmodel import SearchCostModel, XGBCostModel
+from autosched.costmodel.adapter import MIN_FINE_TUNE_SAMPLES
 from autosched.costmodel.evaluation import pairwise_accuracy
 from autosched.costmodel.features import FEATURE_WIDTH, candidate_features
 from autosched.costmodel.xgb import OBJECTIVES
@@ -134,3 +135,22 @@ def test_the_search_gets_seeded_random_scores_until_the_model_is_trained(sampled
         search_model.predict(context, candidates[32:40]),
         model.predict(candidate_features(context, candidates[32:40])),
     )
+
+
+def test_a_shared_model_is_fine_tuned_only_on_enough_of_the_jobs_measurements(sampled) -> None:
+    context, candidates = sampled
+    features = candidate_features(context, candidates)
+    latencies = _latencies(features)
+    shared = XGBCostModel(seed=0)
+    shared.add("other", features[64:], list(latencies[64:]))
+    shared.fit()
+    model = XGBCostModel.pretrained(shared.booster_bytes(), "throughput")
+    search_model = SearchCostModel(model, "matmul")
+    results = [RunnerResult(run_secs=[float(x)], error_msg=None) for x in latencies[:64]]
+    search_model.update(context, candidates[:32], results[:32])
+    assert model.trained_on == 0  # still the shared model's predictions
+    np.testing.assert_array_equal(
+        search_model.predict(context, candidates[64:72]), shared.predict(features[64:72])
+    )
+    search_model.update(context, candidates[32:64], results[32:64])
+    assert model.trained_on == MIN_FINE_TUNE_SAMPLES == 64

@@ -18,6 +18,9 @@ from autosched.costmodel.features import candidate_features
 from autosched.costmodel.xgb import XGBCostModel
 
 MIN_TRAINING_SAMPLES = 16
+# A shared model is fine-tuned only from this many measurements of the job's workload: on fewer,
+# leave-workload-out scores got worse than the shared model's own (see benchmarks/README.md).
+MIN_FINE_TUNE_SAMPLES = 64
 RETRAIN_GROWTH = 0.2
 
 
@@ -50,14 +53,16 @@ class SearchCostModel(PyCostModel):
         candidates: list[MeasureCandidate],
         results: list[RunnerResult],
     ) -> None:
-        """Add measurements; refit once the data grew by a fifth since the last fit."""
+        """Add measurements; fit once there are enough (more for fine-tuning a shared model),
+        then refit whenever the data grew by a fifth since the last fit."""
         if not candidates:
             return
         features = candidate_features(context, candidates)
         self.model.add(self.group, features, [median_secs(result) for result in results])
         grown = self.model.num_samples - self.model.trained_on
-        if self.model.num_samples >= MIN_TRAINING_SAMPLES and (
-            not self.model.trained or grown >= RETRAIN_GROWTH * self.model.trained_on
+        enough = MIN_FINE_TUNE_SAMPLES if self.model.has_base else MIN_TRAINING_SAMPLES
+        if self.model.num_samples >= enough and (
+            self.model.trained_on == 0 or grown >= RETRAIN_GROWTH * self.model.trained_on
         ):
             self.model.fit()
 

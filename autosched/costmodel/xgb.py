@@ -98,6 +98,11 @@ class XGBCostModel:
         return self._trained_on
 
     @property
+    def has_base(self) -> bool:
+        """Whether it starts from a pretrained booster."""
+        return self._base is not None
+
+    @property
     def trained(self) -> bool:
         """Whether it can predict: it was fitted, or it starts from a pretrained booster."""
         return self._booster is not None or self._base is not None

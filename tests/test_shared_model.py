@@ -15,7 +15,7 @@ from test_cli import autosched
 from test_log import run_at_once
 
 from autosched.costmodel.dataset import load_dataset
-from autosched.costmodel.evaluation import pairwise_accuracy, top_k_score
+from autosched.costmodel.evaluation import leave_workload_out, pairwise_accuracy, top_k_score
 from autosched.costmodel.shared import RETRAIN_MIN_NEW, retrain_if_grown, train_shared
 from autosched.errors import UserError
 from autosched.log import TuningLog
@@ -48,6 +48,26 @@ def test_pairwise_accuracy_and_top_k_score_on_hand_made_rankings() -> None:
     assert top_k_score(np.array([5.0, 9.0, 1.0, 0.0]), latencies, 1) == 0.5
     assert top_k_score(np.array([5.0, 9.0, 1.0, 0.0]), latencies, 2) == 1.0
     assert top_k_score(np.array([0.0, 0.0, 0.0, 9.0]), latencies, 1) == 0.0
+
+
+def test_the_shared_model_ranks_a_held_out_workload_better_than_a_model_of_its_own(
+    tmp_path: Path,
+) -> None:
+    """Two matmuls and two convolutions, 129 real measurements each: trained on the other three,
+    the shared model ranks the held-out workload's later candidates better than a fresh model
+    trained on that workload's first 32 measurements."""
+    with TuningLog(f"sqlite:///{tmp_path / 'log.db'}") as log:
+        load_recording(DATA / "matmuls_and_convs.json.gz", log, host_target())
+        data = load_dataset(CostModelStore(log), FAMILY)
+    evaluation = leave_workload_out(data, objective="throughput", first=32)
+    assert len(evaluation.held_out) == 4
+    shared, per_job = evaluation.mean("shared"), evaluation.mean("per_job")
+    assert shared is not None and per_job is not None
+    assert shared.pairwise > per_job.pairwise + 0.1
+    matmul = next(item for item in evaluation.held_out if item.workload.startswith("matmul(M=256"))
+    assert matmul.per_job is not None
+    assert matmul.shared.pairwise > 0.6 > 0.4 > matmul.per_job.pairwise
+    assert matmul.shared.top5 > matmul.per_job.top5
 
 
 def test_versions_count_up_per_family_even_when_added_at_once(db_url: str) -> None:

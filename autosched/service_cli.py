@@ -176,6 +176,9 @@ def submit(
     seed: Annotated[
         int | None, typer.Option(min=0, max=2**31 - 1, help="Seed for a reproducible search.")
     ] = None,
+    strategy: Annotated[
+        str, typer.Option(help="evolutionary (guided by the cost model), tpe, or random.")
+    ] = "evolutionary",
     server: ServerOpt = DEFAULT_SERVER,
     token: TokenOpt = None,
     as_json: JsonOpt = False,
@@ -191,6 +194,7 @@ def submit(
         "trials": trials,
         "batch_size": batch,
         "seed": seed,
+        "strategy": strategy,
     }
     try:
         job = JobCreate.model_validate(document)

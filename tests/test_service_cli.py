@@ -131,13 +131,16 @@ def test_submit_status_and_export_from_a_server(autosched, server: Server, tmp_p
     worker_id = server.worker.register_worker(name="w", target=WORKER_TARGET, fingerprint={})
     remote = ["--server", server.url, "--token", server.client_token]
 
-    submitted = autosched("submit", "matmul", *SHAPE, "--trials", "4", "--seed", "3", *remote)
+    submitted = autosched(
+        "submit", "matmul", *SHAPE, "--trials", "4", "--seed", "3", "--strategy", "tpe", *remote
+    )
     assert submitted.code == 0, submitted.err
     job_id = int(submitted.out)
     listed = autosched("status", *remote)
     assert "matmul" in listed.out and "queued" in listed.out
     shown = json.loads(autosched("status", str(job_id), "--json", *remote).out)
     assert shown["id"] == job_id and shown["seed"] == 3 and shown["trials"] == 4
+    assert shown["strategy"] == "tpe"
 
     _measure_baseline(server, job_id, worker_id)
     output = tmp_path / "best.py"
@@ -167,6 +170,7 @@ def test_service_commands_fail_with_one_line(autosched, server: Server, tmp_path
     for args, code, message in [
         (["submit", "nope", *remote], 2, "unknown workload 'nope'"),
         (["submit", "matmul", "-p", "M=0", *remote], 2, "must be at least 1"),
+        (["submit", "matmul", "--strategy", "greedy", *remote], 2, "strategy"),
         (["submit", "matmul", "--target", "{bad", *remote], 2, "not valid JSON"),
         (["submit", "matmul", "--target", "cuda", *remote], 2, "no live cuda worker"),
         (

@@ -137,7 +137,7 @@ def evaluate(
 
     family = _family(target)
     objective = _checked_objective(objective)
-    _, evaluation = _on_family_log(
+    evaluation = _on_family_log(
         db,
         not as_json,
         lambda log, on_progress: evaluate_family(

@@ -9,22 +9,19 @@ off the search's hot path (after a local run, or in the service's background).
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
-from autosched.costmodel.dataset import Dataset, load_dataset
+from autosched.costmodel.dataset import load_dataset
 from autosched.costmodel.evaluation import DEFAULT_FIRST, Evaluation, fit, leave_workload_out
 from autosched.costmodel.xgb import DEFAULT_OBJECTIVE, XGBCostModel
 from autosched.errors import UserError
 from autosched.log import TuningLog
 from autosched.log.costmodels import CostModelStore, ModelInfo
 from autosched.target import target_family
-
-logger = logging.getLogger(__name__)
 
 RETRAIN_MIN_NEW = 64
 RETRAIN_GROWTH = 0.2
@@ -89,8 +86,8 @@ def evaluate_family(
     first: int = DEFAULT_FIRST,
     seed: int = 0,
     on_progress: Callable[[int, int], None] | None = None,
-) -> tuple[Dataset, Evaluation]:
-    """The family's dataset and its leave-workload-out evaluation.
+) -> Evaluation:
+    """The family's leave-workload-out evaluation.
 
     Raises:
         UserError: the family has fewer than two workloads with successful measurements.
@@ -102,7 +99,7 @@ def evaluate_family(
             f"leave-workload-out needs measurements of two workloads or more for {family}; "
             f"the log has {len(ok_workloads)}"
         )
-    return data, leave_workload_out(data, objective=objective, first=first, seed=seed)
+    return leave_workload_out(data, objective=objective, first=first, seed=seed)
 
 
 def starting_model(

@@ -49,7 +49,8 @@ class EvolutionarySearch:
         target: the target's JSON form.
         cost_model: guides the search; it is updated with every result told.
         batch_size: candidates per `propose`.
-        seed: makes the proposals reproducible on one machine (None: random).
+        seed: seeds the search (None: random). MetaSchedule evolves on one thread per physical
+            core, so with more than one core two runs of one seed may still differ.
         population_size: schedules evolved per generation.
         history: recorded measurements of this workload and target: the best of them seed the
             population and all of them train the cost model.

@@ -149,6 +149,9 @@ def _print_report(report) -> None:
     table.add_row("untuned latency", us(report.baseline_latency_secs))
     if report.speedup is not None:
         table.add_row("speedup", f"{report.speedup:.1f}x")
+    model = report.cost_model
+    started_from = "fresh" if model is None else f"{model.family} version {model.version}"
+    table.add_row("cost model", f"started from {started_from}")
     table.add_row("wall time", f"{report.wall_secs:.1f} s")
     _out.print(table)
 

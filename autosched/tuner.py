@@ -11,7 +11,6 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from autosched.costmodel import SearchCostModel
 from autosched.costmodel.shared import starting_model
 from autosched.errors import Cancelled
 from autosched.log import JobStatus, TuningLog
@@ -168,7 +167,7 @@ def tune(
             options.strategy,
             workload,
             target,
-            cost_model=SearchCostModel(cost_model, workload.key, options.seed or 0),
+            cost_model=cost_model,
             trials=options.trials,
             batch_size=options.batch_size,
             seed=options.seed,

@@ -13,7 +13,6 @@ import threading
 import uuid
 
 from autosched.background import BackgroundLoop
-from autosched.costmodel import SearchCostModel
 from autosched.costmodel.shared import starting_model
 from autosched.log import JobStatus, TuningLog
 from autosched.log.costmodels import CostModelStore
@@ -53,7 +52,7 @@ class JobDriver:
             job.strategy,
             workload,
             job.target.target_json,
-            cost_model=SearchCostModel(cost_model, workload.key, seed),
+            cost_model=cost_model,
             trials=job.trials,
             batch_size=job.batch_size,
             seed=job.seed,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from autosched.costmodel import SearchCostModel
+from autosched.costmodel import SearchCostModel, XGBCostModel
 from autosched.errors import UserError
 from autosched.records import RecordView
 from autosched.search.base import SearchStrategy
@@ -32,7 +32,7 @@ def make_strategy(
     workload: Workload,
     target: dict,
     *,
-    cost_model: SearchCostModel,
+    cost_model: XGBCostModel,
     trials: int,
     batch_size: int,
     seed: int | None,
@@ -41,8 +41,9 @@ def make_strategy(
 ) -> SearchStrategy:
     """The strategy ``name`` for a job of ``trials`` measurements.
 
-    ``cost_model`` guides the evolutionary search (the others do not consult one); TPE keeps its
-    study at the SQLAlchemy URL ``study_storage`` (None: in memory).
+    ``cost_model`` guides the evolutionary search, which files the workload's measurements in it
+    (the others do not consult one); TPE keeps its study at the SQLAlchemy URL ``study_storage``
+    (None: in memory).
 
     Raises:
         UserError: an unknown strategy name, or a design space MetaSchedule cannot build.
@@ -51,7 +52,7 @@ def make_strategy(
         return EvolutionarySearch(
             workload,
             target,
-            cost_model,
+            SearchCostModel(cost_model, workload.key, seed or 0),
             batch_size=batch_size,
             seed=seed,
             history=history,

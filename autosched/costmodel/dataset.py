@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 from tvm.s_tir.meta_schedule import TuneContext
@@ -92,8 +92,7 @@ def load_dataset(
         done += len(subject_rows)
         if on_progress is not None:
             on_progress(done, len(missing))
-    dataset = _assemble(rows, features)
-    return replace(dataset, labels=store.workload_labels(w for w, _ in dataset.subjects))
+    return _assemble(store, rows, features)
 
 
 def _extract(
@@ -124,7 +123,9 @@ def _extract(
     return found
 
 
-def _assemble(rows: Sequence[TrainingRow], features: dict[int, np.ndarray]) -> Dataset:
+def _assemble(
+    store: CostModelStore, rows: Sequence[TrainingRow], features: dict[int, np.ndarray]
+) -> Dataset:
     usable = [row for row in rows if len(features.get(row.candidate_id, ())) == FEATURE_WIDTH]
     subjects = sorted({(row.workload_id, row.target_id) for row in usable})
     index = {subject: i for i, subject in enumerate(subjects)}
@@ -141,5 +142,5 @@ def _assemble(rows: Sequence[TrainingRow], features: dict[int, np.ndarray]) -> D
         ),
         measurement_ids=np.asarray([row.measurement_id for row in usable], dtype=np.int64),
         subjects=subjects,
-        labels={},
+        labels=store.workload_labels(workload_id for workload_id, _ in subjects),
     )

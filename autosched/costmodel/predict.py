@@ -37,7 +37,7 @@ class LatencyPredictor:
         self._model = model
         self._source = source
         self._target = target
-        self._context = to_tvm_target(target)
+        self._tvm_target = to_tvm_target(target)
         self._workloads: dict[str, tuple[Workload, TuneContext, float | None]] = {}
 
     def __call__(self, ref: WorkloadRef, traces: Sequence[str]) -> list[float | None]:
@@ -54,7 +54,7 @@ class LatencyPredictor:
     def _workload(self, ref: WorkloadRef) -> tuple[Workload, TuneContext, float | None]:
         if ref.key not in self._workloads:
             workload = resolve_workload(ref)
-            context = TuneContext(mod=workload.mod, target=self._context)
+            context = TuneContext(mod=workload.mod, target=self._tvm_target)
             self._workloads[ref.key] = (workload, context, self._best_latency(ref.key))
         return self._workloads[ref.key]
 

@@ -109,6 +109,19 @@ def test_a_pretrained_model_predicts_with_its_base_and_fine_tuning_adds_to_it(sa
     np.testing.assert_array_equal(again.predict(features), shared.predict(features))
 
 
+def test_save_and_load_keep_a_pretrained_base(sampled, tmp_path: Path) -> None:
+    context, candidates = sampled
+    features = candidate_features(context, candidates)
+    shared = XGBCostModel(seed=0)
+    shared.add("other", features[:48], list(_latencies(features)[:48]))
+    shared.fit()
+    job_model = XGBCostModel.pretrained(shared.booster_bytes(), "throughput")
+    job_model.save(tmp_path / "model")
+    loaded = XGBCostModel.load(tmp_path / "model")
+    assert loaded.has_base and loaded.trained_on == 0
+    np.testing.assert_array_equal(loaded.predict(features), shared.predict(features))
+
+
 def test_an_unknown_objective_is_refused() -> None:
     with pytest.raises(ValueError, match="unknown objective 'l2'"):
         XGBCostModel(objective="l2")

@@ -36,6 +36,7 @@ _BOOST_ROUNDS = 120
 # handful of its measurements do not overwrite what the family's log taught.
 _FINE_TUNE_ROUNDS = 30
 _MODEL_FILE = "model.ubj"
+_BASE_FILE = "base.ubj"
 _DATA_FILE = "data.npz"
 _META_FILE = "meta.json"
 
@@ -143,10 +144,13 @@ class XGBCostModel:
         return booster.predict(xgb.DMatrix(features)).astype(np.float64)
 
     def save(self, path: Path) -> None:
-        """Write the model and its training data into the directory ``path``."""
+        """Write the model, its pretrained booster if any, and its training data into the
+        directory ``path``."""
         path.mkdir(parents=True, exist_ok=True)
         if self._booster is not None:
             self._booster.save_model(path / _MODEL_FILE)
+        if self._base is not None:
+            self._base.save_model(path / _BASE_FILE)
         arrays: dict[str, np.ndarray] = {}
         for index, data in enumerate(self._groups.values()):
             arrays[f"x{index}"] = np.asarray(data.features, dtype=np.float32).reshape(
@@ -174,6 +178,8 @@ class XGBCostModel:
         if (path / _MODEL_FILE).exists():
             model._booster = xgb.Booster(model_file=str(path / _MODEL_FILE))
             model._trained_on = meta["trained_on"]
+        if (path / _BASE_FILE).exists():
+            model._base = xgb.Booster(model_file=str(path / _BASE_FILE))
         return model
 
     def _training_set(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

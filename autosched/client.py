@@ -1,7 +1,9 @@
 """A typed HTTP client of the tuning service's REST API, for the CLI and the worker daemon.
 
-Refusals (4xx) raise UserError with the server's one-line message; an unreachable or failing server
-(connection errors, timeouts, 5xx) raises ServiceUnavailable, which a worker waits out and retries.
+Refusals (4xx) raise UserError (NotFound for a 404, Conflict for a 409) with the server's one-line
+message; an unreachable or failing server (connection errors, timeouts, 5xx) raises
+ServiceUnavailable, which a worker waits out and retries. It imports the wire protocol and the
+records only: no SQL, no TVM.
 """
 
 from __future__ import annotations
@@ -14,18 +16,20 @@ from urllib.parse import quote
 import httpx
 from pydantic import BaseModel, ValidationError
 
-from autosched.errors import ServiceUnavailable, UserError
-from autosched.log.queue import Lease, ReportedResult, ReportOutcome
-from server.schemas import (
+from autosched.errors import Conflict, NotFound, ServiceUnavailable, UserError
+from autosched.protocol import (
     BestPublic,
     HealthPublic,
     JobCreate,
     JobPublic,
     JobsPublic,
+    Lease,
     LeasePublic,
     LeaseRequest,
     RecordsPublic,
     ReleasePublic,
+    ReportedResult,
+    ReportOutcome,
     ReportOutcomePublic,
     ReportRequest,
     ResultIn,
@@ -35,13 +39,14 @@ from server.schemas import (
 )
 
 API = "/api/v1"
+_REFUSALS: dict[int, type[UserError]] = {404: NotFound, 409: Conflict}
 _Model = TypeVar("_Model", bound=BaseModel)
 
 
 class ServiceClient:
     """The REST API of the server at ``base_url``, authenticated with ``token``.
 
-    The worker methods take and return the same records as ``WorkQueue``'s, so a worker daemon
+    The worker methods take and return the same records as ``LeaseQueue``'s, so a worker daemon
     drives a remote queue as it would a local one.
 
     Args:
@@ -128,7 +133,7 @@ class ServiceClient:
         params = {"workload": workload, "target": target, "limit": limit, "offset": offset}
         return _parse(RecordsPublic, self._send("GET", f"{API}/records", params=params))
 
-    # The worker protocol (worker tokens); the signatures are WorkQueue's.
+    # The worker protocol (worker tokens); the signatures are LeaseQueue's.
 
     def register_worker(self, *, name: str, target: dict, fingerprint: dict) -> int:
         body = WorkerRegister(name=name, target=target, fingerprint=fingerprint)
@@ -179,7 +184,8 @@ class ServiceClient:
                 f"(HTTP {response.status_code})"
             )
         if response.is_error:
-            raise UserError(f"{_detail(response)} (HTTP {response.status_code})")
+            error = _REFUSALS.get(response.status_code, UserError)
+            raise error(f"{_detail(response)} (HTTP {response.status_code})")
         return response
 
 

@@ -1,4 +1,8 @@
-"""Errors that reach the user as one clear line (exit code 2 on the CLI, 4xx over HTTP)."""
+"""Errors that reach the user as one clear line: exit code 2 on the CLI, a 4xx over HTTP.
+
+The service maps them to HTTP in one place (``autosched.server.api.app``): ``UserError`` is a
+422, ``NotFound`` a 404 and ``Conflict`` a 409. Code below the routes raises these, never HTTP.
+"""
 
 
 class UserError(Exception):
@@ -6,6 +10,14 @@ class UserError(Exception):
 
     The message is one line that says what is wrong and, where it helps, what would be right.
     """
+
+
+class NotFound(UserError):
+    """What the request names is not there: no such job, workload, worker or lease."""
+
+
+class Conflict(UserError):
+    """The request is valid but the state of things refuses it (e.g. a name that means several)."""
 
 
 class Cancelled(Exception):

@@ -1,6 +1,7 @@
-"""Plain-data records that cross module boundaries: measurement outcomes and tuning-log views.
+"""Plain-data records that cross module boundaries: measurement outcomes, what the tuning log
+holds (workloads, targets, measured candidates, jobs) as the rest of autosched reads it.
 
-They carry no TVM objects, so they travel between processes (and, later, over HTTP) as they are.
+They carry no TVM or SQL objects, so they travel between processes and over HTTP as they are.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ import statistics
 from dataclasses import dataclass
 from datetime import datetime
 from enum import Enum
+from typing import Any
 
 
 class ErrorKind(str, Enum):
@@ -115,3 +117,72 @@ class WorkloadRef:
     params: dict[str, object]
     key: str
     source: str | None = None
+
+
+class JobStatus(str, Enum):
+    """Where a tuning job stands; every status but QUEUED and RUNNING is final.
+
+    QUEUED: submitted to the service, no engine has taken it up yet.
+    """
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    FINISHED = "finished"
+    INTERRUPTED = "interrupted"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def final(self) -> bool:
+        return self not in (JobStatus.QUEUED, JobStatus.RUNNING)
+
+
+@dataclass(frozen=True)
+class WorkloadInfo:
+    """A workload as stored in the log."""
+
+    id: int
+    key: str
+    name: str
+    params: dict[str, Any]
+    tvmscript: str
+    flops: float | None
+    source: str | None = None
+
+    @property
+    def ref(self) -> WorkloadRef:
+        """What a measuring process needs to rebuild this workload."""
+        return WorkloadRef(self.name, dict(self.params), self.key, self.source)
+
+
+@dataclass(frozen=True)
+class TargetInfo:
+    """A target as stored in the log."""
+
+    id: int
+    key: str
+    kind: str
+    target_json: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class JobProgress:
+    """A job as its submitter follows it. ``trials_done`` and ``failed`` leave out the baseline;
+    ``curve`` lists (trials done, best verified latency so far) at each improvement."""
+
+    id: int
+    workload: WorkloadInfo
+    target: TargetInfo
+    trials: int
+    batch_size: int
+    strategy: str
+    seed: int | None
+    status: JobStatus
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    trials_done: int
+    failed: int
+    best_latency_secs: float | None
+    curve: list[tuple[int, float]]
+    cost_model_id: int | None = None  # the shared cost model version its search started from

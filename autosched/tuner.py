@@ -1,4 +1,5 @@
-"""The tuning loop on one machine: propose, measure, check, record and learn, to the budget.
+"""The tuning loop on one machine: a search session whose batches a Measurer builds and times
+here, each checked, recorded and learnt from, until the budget is spent.
 
 Every batch is committed to the tuning log in one transaction, so an interrupted run loses at most
 the batch in flight, and a later run on the same workload and target continues from the log.
@@ -11,22 +12,22 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from autosched.costmodel.base import CostModel
 from autosched.costmodel.shared import starting_model
 from autosched.errors import Cancelled
-from autosched.log import JobStatus, TuningLog
+from autosched.log import TuningLog
 from autosched.log.costmodels import ModelInfo
+from autosched.log.jobs import JobStore
 from autosched.log.subjects import ensure_subject
 from autosched.measure import CorrectnessGate, Measurer
-from autosched.measure.replay import check_not_source
-from autosched.records import CandidateResult, MeasureResult, WorkloadRef
-from autosched.schedule import BASELINE_TRACE, program_hash
-from autosched.search import Proposal
-from autosched.search.strategies import make_strategy
+from autosched.records import CandidateResult, JobStatus
+from autosched.replay import check_not_source
+from autosched.schedule import program_hash
+from autosched.search.base import Proposal
+from autosched.search.registry import DEFAULT_STRATEGY, SearchJob, make_strategy
+from autosched.search.session import SearchSession
 from autosched.target import canonical_target, device_fingerprint
 from autosched.workload import Workload
-
-# Consecutive batches without a single new program after which the space counts as exhausted.
-_STALE_BATCHES = 3
 
 
 @dataclass(frozen=True)
@@ -37,12 +38,15 @@ class TuneOptions:
     trials: int = 64
     batch_size: int = 64
     seed: int | None = None
-    strategy: str = "evolutionary"
+    strategy: str = DEFAULT_STRATEGY
     warm: bool = True
 
 
 @dataclass(frozen=True)
 class Progress:
+    """Where a run stands after a round: new measurements stored (the baseline apart), of which
+    failed, and the best verified latency so far."""
+
     trials_done: int
     trials_total: int
     failed: int
@@ -111,13 +115,16 @@ def tune(
     options: TuneOptions,
     on_progress: Callable[[Progress], None] | None = None,
     stop: threading.Event | None = None,
+    cost_model: CostModel | None = None,
 ) -> TuneReport:
     """Tune ``workload`` for ``target`` with ``options.trials`` new measurements.
 
     Candidates already measured for this workload and target (same program hash) are not measured
-    again. A replay simulator's results cannot be recorded into the log it replays (UserError).
-    Once ``stop`` is set the run raises Cancelled at the next safe point, before the next
-    batch is recorded; the job is then marked interrupted, or failed on any other exception.
+    again. The search is guided by ``cost_model`` if given, else by the target family's latest
+    shared model in the log (a fresh one when ``options.warm`` is false or there is none). A
+    replay simulator's results cannot be recorded into the log it replays (UserError). Once
+    ``stop`` is set the run raises Cancelled at the next safe point, before the next batch is
+    recorded; the job is then marked interrupted, or failed on any other exception.
     """
     check_not_source(measurer, log)
     stop = stop or threading.Event()
@@ -127,10 +134,13 @@ def tune(
     stored_workload, stored_target = ensure_subject(log, workload, target)
     workload_id, target_id = stored_workload.id, stored_target.id
     device_id = log.ensure_device(device_fingerprint(target))
-    cost_model, started_from = starting_model(
-        log, target, seed=options.seed or 0, warm=options.warm
-    )
-    job_id = log.start_job(
+    started_from: ModelInfo | None = None
+    if cost_model is None:
+        cost_model, started_from = starting_model(
+            log, target, seed=options.seed or 0, warm=options.warm
+        )
+    jobs = JobStore(log)
+    job_id = jobs.start_job(
         workload_id=workload_id,
         target_id=target_id,
         trials=options.trials,
@@ -140,11 +150,13 @@ def tune(
         cost_model_id=None if started_from is None else started_from.id,
     )
     history = log.records(workload_id, target_id)
-    known = {record.program_hash: record.result for record in history}
     best = log.best(workload_id, target_id)
     gate = CorrectnessGate(measurer, ref, best.median_secs if best else None, options.seed or 0)
 
-    def record(proposals: Sequence[Proposal], results: list[MeasureResult]) -> None:
+    def measure(session: SearchSession, proposals: Sequence[Proposal]) -> None:
+        results = measurer.measure(ref, [p.trace_json for p in proposals])
+        if stop.is_set():
+            raise Cancelled("tuning was stopped")
         verified = gate.check([p.trace_json for p in proposals], results)
         log.record_batch(
             job_id,
@@ -160,83 +172,52 @@ def tune(
                 for p, result, ok in zip(proposals, results, verified, strict=True)
             ],
         )
+        session.learn((p.program_hash, r) for p, r in zip(proposals, results, strict=True))
 
     try:
-        baseline = _baseline(workload, ref, measurer, known, record)
         search = make_strategy(
             options.strategy,
-            workload,
-            target,
-            cost_model=cost_model,
-            trials=options.trials,
-            batch_size=options.batch_size,
-            seed=options.seed,
-            history=history,
-            study_storage=log.engine_url,
+            SearchJob(
+                workload=workload,
+                target=target,
+                trials=options.trials,
+                batch_size=options.batch_size,
+                seed=options.seed,
+                history=history,
+                cost_model=cost_model,
+                study_storage=log.engine_url,
+            ),
         )
-        done = failed = stale = 0
-        while done < options.trials and stale < _STALE_BATCHES:
-            proposals = search.propose()
-            if not proposals:
-                break
-            fresh = _unmeasured(proposals, known)[: options.trials - done]
-            results = measurer.measure(ref, [p.trace_json for p in fresh])
-            if stop.is_set():
-                raise Cancelled("tuning was stopped")
-            record(fresh, results)
-            known.update((p.program_hash, r) for p, r in zip(fresh, results, strict=True))
-            done += len(fresh)
-            failed += sum(not result.ok for result in results)
-            stale = 0 if fresh else stale + 1
+        session = SearchSession(search, history, program_hash(workload.mod))
+        if session.needs_baseline:
+            measure(session, [session.baseline])
+        progress = jobs.job(job_id)
+        while progress.trials_done < options.trials and not session.exhausted:
+            fresh = session.propose(options.trials - progress.trials_done)
+            if fresh:
+                measure(session, fresh)
+                progress = jobs.job(job_id)
             if on_progress is not None:
-                on_progress(Progress(done, options.trials, failed, gate.best))
-            # The last batch may have been cut to the budget: tell what was measured.
-            told = [p for p in proposals if p.program_hash in known]
-            search.tell(told, [known[p.program_hash] for p in told])
+                on_progress(
+                    Progress(progress.trials_done, options.trials, progress.failed, gate.best)
+                )
     except (Cancelled, KeyboardInterrupt):
-        log.end_job(job_id, JobStatus.INTERRUPTED)
+        jobs.end_job(job_id, JobStatus.INTERRUPTED)
         raise
     except Exception:
-        log.end_job(job_id, JobStatus.FAILED)
+        jobs.end_job(job_id, JobStatus.FAILED)
         raise
-    log.end_job(job_id, JobStatus.FINISHED)
+    jobs.end_job(job_id, JobStatus.FINISHED)
     return TuneReport(
         workload_key=workload.key,
         workload_name=workload.name,
         target=target,
         job_id=job_id,
-        trials=done,
-        failed=failed,
+        trials=progress.trials_done,
+        failed=progress.failed,
         best_latency_secs=gate.best,
-        baseline_latency_secs=baseline,
+        baseline_latency_secs=session.baseline_latency,
         flops=workload.flops,
         wall_secs=time.perf_counter() - started,
         cost_model=started_from,
     )
-
-
-def _baseline(
-    workload: Workload,
-    ref: WorkloadRef,
-    measurer: Measurer,
-    known: dict[str, MeasureResult],
-    record: Callable[[Sequence[Proposal], list[MeasureResult]], None],
-) -> float | None:
-    """The untuned program's median latency, measured once per workload and target and logged."""
-    proposal = Proposal(BASELINE_TRACE, program_hash(workload.mod), None, None)
-    if proposal.program_hash not in known:
-        results = measurer.measure(ref, [BASELINE_TRACE])
-        record([proposal], results)
-        known[proposal.program_hash] = results[0]
-    return known[proposal.program_hash].median
-
-
-def _unmeasured(proposals: Sequence[Proposal], known: dict[str, MeasureResult]) -> list[Proposal]:
-    """Proposals whose program was never measured, each program once."""
-    seen: set[str] = set()
-    fresh = []
-    for proposal in proposals:
-        if proposal.program_hash not in known and proposal.program_hash not in seen:
-            seen.add(proposal.program_hash)
-            fresh.append(proposal)
-    return fresh

@@ -20,7 +20,9 @@ from datetime import UTC, datetime
 from sqlalchemy import create_engine, make_url, text
 
 from autosched.log import TuningLog
-from autosched.log.queue import ReportedResult, WorkQueue
+from autosched.log.jobs import JobStore
+from autosched.log.leases import LeaseQueue
+from autosched.protocol import ReportedResult
 from autosched.records import MeasureResult
 from autosched.workloads import get_workload
 
@@ -45,8 +47,8 @@ def fresh_database(admin_url: str) -> tuple[str, object]:
 def run(url: str, workers: int, candidates: int, batch: int) -> float:
     """Results per second for ``workers`` concurrent workers draining ``candidates``."""
     with TuningLog(url) as log:
-        queue = WorkQueue(log)
-        job = queue.submit(
+        jobs, queue = JobStore(log), LeaseQueue(log)
+        job = jobs.submit(
             get_workload("matmul", {"M": 64 + workers, "N": 64, "K": 64}),
             TARGET,
             trials=candidates,
@@ -54,10 +56,10 @@ def run(url: str, workers: int, candidates: int, batch: int) -> float:
             strategy="evolutionary",
             seed=0,
         )
-        queue.claim_jobs("bench", ttl_secs=3600)
+        jobs.claim_jobs("bench", ttl_secs=3600)
         prefix = uuid.uuid4().hex[:8]
         for start in range(0, candidates, 500):
-            queue.enqueue(
+            jobs.enqueue(
                 job,
                 [
                     (f'["{prefix}{i}"]', f"{prefix}{i}", None)

@@ -18,15 +18,16 @@ import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
+from autosched.server.engine import Engine
+from autosched.workers.daemon import WorkerDaemon
 from queue_roundtrips import fresh_database
 
 from autosched.log import TuningLog
-from autosched.log.queue import WorkQueue
+from autosched.log.jobs import JobStore
+from autosched.log.leases import LeaseQueue
 from autosched.records import MeasureResult, WorkloadRef
 from autosched.target import host_target
 from autosched.workloads import get_workload
-from server.engine import Engine
-from workers.daemon import WorkerDaemon
 
 
 class SimulatedMeasurer:
@@ -55,9 +56,9 @@ class SimulatedMeasurer:
 def trials_per_minute(url: str, workers: int, secs: float, trials: int) -> float:
     target = host_target()
     with TuningLog(url) as log:
-        queue = WorkQueue(log)
+        jobs, queue = JobStore(log), LeaseQueue(log)
         workload = get_workload("matmul", {"M": 128 + workers, "N": 128, "K": 128})
-        job = queue.submit(
+        job = jobs.submit(
             workload,
             target,
             trials=trials,
@@ -65,7 +66,7 @@ def trials_per_minute(url: str, workers: int, secs: float, trials: int) -> float
             strategy="evolutionary",
             seed=0,
         )
-        engine = Engine(log, queue, poll_secs=0.05)
+        engine = Engine(log, poll_secs=0.05)
         stop = threading.Event()
         daemons = [
             WorkerDaemon(queue, target, batch=4, measurer=SimulatedMeasurer(secs), poll_secs=0.5)
@@ -76,13 +77,13 @@ def trials_per_minute(url: str, workers: int, secs: float, trials: int) -> float
         for thread in threads:
             thread.start()
         try:
-            while queue.job(job).trials_done == 0:
+            while jobs.job(job).trials_done == 0:
                 time.sleep(0.05)
-            start, done_at_start = time.perf_counter(), queue.job(job).trials_done
-            while not queue.job(job).status.final:
+            start, done_at_start = time.perf_counter(), jobs.job(job).trials_done
+            while not jobs.job(job).status.final:
                 time.sleep(0.1)
             elapsed = time.perf_counter() - start
-            done = queue.job(job).trials_done - done_at_start
+            done = jobs.job(job).trials_done - done_at_start
         finally:
             stop.set()
             engine.stop()

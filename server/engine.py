@@ -11,132 +11,136 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
+from collections.abc import Callable, Sequence
 
 from autosched.background import BackgroundLoop
+from autosched.costmodel.base import CostModel
 from autosched.costmodel.shared import starting_model
-from autosched.log import JobStatus, TuningLog
+from autosched.log import TuningLog
 from autosched.log.costmodels import CostModelStore
-from autosched.log.queue import JobProgress, WorkQueue
-from autosched.records import MeasureResult
-from autosched.schedule import BASELINE_TRACE, program_hash
-from autosched.search import Proposal
-from autosched.search.strategies import make_strategy
+from autosched.log.jobs import JobStore
+from autosched.records import JobProgress, JobStatus
+from autosched.schedule import program_hash
+from autosched.search.base import Proposal
+from autosched.search.registry import SearchJob, make_strategy
+from autosched.search.session import SearchSession
 from autosched.workload import resolve_workload
 
 logger = logging.getLogger(__name__)
 
-# Proposals in a row that bring nothing new before a job's design space counts as exhausted.
-_STALE_PROPOSALS = 3
+CostModelFactory = Callable[[JobProgress], CostModel]
+"""The cost model a job's search starts from, for engines handed one instead of the log's."""
 
 
 class JobDriver:
-    """The search of one job: proposes into the queue and learns from what workers report."""
+    """The search session of one job: proposes into the queue and learns from what workers report.
 
-    def __init__(self, log: TuningLog, queue: WorkQueue, job: JobProgress) -> None:
+    Args:
+        log: the tuning log.
+        jobs: the log's jobs.
+        job: the job to drive.
+        cost_model: the model its search starts from; by default the one the job started from
+            (a job taken over keeps its version), else its target family's latest shared model.
+    """
+
+    def __init__(
+        self, log: TuningLog, jobs: JobStore, job: JobProgress, cost_model: CostModel | None = None
+    ) -> None:
         self.job_id = job.id
-        self._log = log
-        self._queue = queue
+        self._jobs = jobs
         self._batch = job.batch_size
         workload = resolve_workload(job.workload.ref)
         history = log.records(job.workload.id, job.target.id)
-        self._known = {record.program_hash: record.result for record in history}
-        seed = job.seed or 0
+        if cost_model is None:
+            cost_model = self._shared_model(log, job)
+        strategy = make_strategy(
+            job.strategy,
+            SearchJob(
+                workload=workload,
+                target=job.target.target_json,
+                trials=job.trials,
+                batch_size=job.batch_size,
+                seed=job.seed,
+                history=history,
+                cost_model=cost_model,
+                study_storage=log.engine_url,
+            ),
+        )
+        self._session = SearchSession(strategy, history, program_hash(workload.mod))
+        seen = jobs.measured_since(job.id, 0)
+        self._last_measurement = seen[-1].measurement_id if seen else 0
+        if self._session.needs_baseline:
+            baseline = self._session.baseline
+            jobs.enqueue(job.id, [(baseline.trace_json, baseline.program_hash, None)])
+
+    @staticmethod
+    def _shared_model(log: TuningLog, job: JobProgress) -> CostModel:
         models = CostModelStore(log)
-        recorded = models.job_model(job.id)  # a job taken over keeps the version it started from
+        recorded = models.job_model(job.id)
         cost_model, started_from = starting_model(
-            log, job.target.target_json, seed=seed, model_id=recorded
+            log, job.target.target_json, seed=job.seed or 0, model_id=recorded
         )
         if recorded is None and started_from is not None:
             models.set_job_model(job.id, started_from.id)
-        self._search = make_strategy(
-            job.strategy,
-            workload,
-            job.target.target_json,
-            cost_model=cost_model,
-            trials=job.trials,
-            batch_size=job.batch_size,
-            seed=job.seed,
-            history=history,
-            study_storage=log.engine_url,
-        )
-        seen = queue.measured_since(job.id, 0)
-        self._last_measurement = seen[-1].measurement_id if seen else 0
-        self._pending: dict[str, Proposal] = {}
-        self._stale = 0
-        baseline_hash = program_hash(workload.mod)
-        if baseline_hash not in self._known:
-            queue.enqueue(job.id, [(BASELINE_TRACE, baseline_hash, None)])
+        return cost_model
 
     def advance(self) -> bool:
-        """Learn from new measurements and keep the queue fed; False once the job has ended."""
+        """Learn from new measurements and keep the queue fed; False once the job has ended.
+
+        A job ends once its trials and its baseline are measured, or once its design space is
+        exhausted and nothing of it is left with the workers.
+        """
         self._learn()
-        budget = self._queue.budget(self.job_id)
+        budget = self._jobs.budget(self.job_id)
         if budget.status.final:
             return False
-        if budget.measured >= budget.trials or (
-            self._stale >= _STALE_PROPOSALS and budget.outstanding == 0
+        if budget.spent or (
+            self._session.exhausted and budget.outstanding == 0 and not budget.baseline_outstanding
         ):
-            self._log.end_job(self.job_id, JobStatus.FINISHED)
+            self._jobs.end_job(self.job_id, JobStatus.FINISHED)
             return False
         remaining = budget.trials - budget.measured - budget.outstanding
         # Keep up to two batches queued: workers measure one while the next is ready.
         if remaining > 0 and budget.outstanding < self._batch:
-            self._propose(min(remaining, self._batch))
+            self._session.propose(min(remaining, self._batch), admit=self._enqueue)
         return True
 
-    def _propose(self, limit: int) -> None:
-        proposals = self._search.propose()
-        known = [p for p in proposals if p.program_hash in self._known]
-        if known:
-            self._search.tell(known, [self._known[p.program_hash] for p in known])
-        fresh = [p for p in proposals if p.program_hash not in self._known][:limit]
-        queued = set(
-            self._queue.enqueue(
-                self.job_id, [(p.trace_json, p.program_hash, p.predicted_score) for p in fresh]
-            )
+    def _enqueue(self, proposals: Sequence[Proposal]) -> list[str]:
+        return self._jobs.enqueue(
+            self.job_id, [(p.trace_json, p.program_hash, p.predicted_score) for p in proposals]
         )
-        self._pending.update((p.program_hash, p) for p in fresh if p.program_hash in queued)
-        self._stale = 0 if queued else self._stale + 1
 
     def _learn(self) -> None:
-        measured = self._queue.measured_since(self.job_id, self._last_measurement)
-        if not measured:
-            return
-        self._last_measurement = measured[-1].measurement_id
-        told: list[Proposal] = []
-        results: list[MeasureResult] = []
-        for item in measured:
-            record = item.record
-            self._known[record.program_hash] = record.result
-            proposal = self._pending.pop(record.program_hash, None)
-            if proposal is not None:
-                told.append(proposal)
-                results.append(record.result)
-        if told:
-            self._search.tell(told, results)
+        measured = self._jobs.measured_since(self.job_id, self._last_measurement)
+        if measured:
+            self._last_measurement = measured[-1].measurement_id
+            self._session.learn((m.record.program_hash, m.record.result) for m in measured)
 
 
 class Engine(BackgroundLoop):
     """Drives all unfinished jobs of a tuning log; run it in a thread with `start`/`stop`.
 
     Args:
-        log: the tuning log (and work queue) to serve.
+        log: the tuning log whose jobs to serve.
         engine_id: this engine's name in job claims (default: a random one).
         claim_secs: how long a claim holds; the engine renews it every ``poll_secs``.
         poll_secs: pause between rounds when there was nothing to do.
+        cost_models: the cost model each job's search starts from (default: the log's shared
+            models, see `JobDriver`).
     """
 
     def __init__(
         self,
         log: TuningLog,
-        queue: WorkQueue,
         *,
         engine_id: str | None = None,
         claim_secs: float = 30.0,
         poll_secs: float = 0.25,
+        cost_models: CostModelFactory | None = None,
     ) -> None:
         self._log = log
-        self._queue = queue
+        self._jobs = JobStore(log)
+        self._cost_models = cost_models
         self.engine_id = self.name = engine_id or f"engine-{uuid.uuid4().hex[:12]}"
         self._claim_secs = claim_secs
         self._poll_secs = poll_secs
@@ -144,22 +148,25 @@ class Engine(BackgroundLoop):
 
     def step(self) -> None:
         """One round: renew claims, take up new jobs, advance every job held."""
-        held = self._queue.claim_jobs(self.engine_id, self._claim_secs)
+        held = self._jobs.claim_jobs(self.engine_id, self._claim_secs)
         for job_id in set(self._drivers) - set(held):
             del self._drivers[job_id]
         for job_id in held:
             driver = self._drivers.get(job_id)
             try:
                 if driver is None:
-                    driver = self._drivers[job_id] = JobDriver(
-                        self._log, self._queue, self._queue.job(job_id)
-                    )
+                    driver = self._drivers[job_id] = self._driver(job_id)
                 if not driver.advance():
                     del self._drivers[job_id]
             except Exception:  # one broken job must not stop the others
                 logger.exception("job %d failed; it is marked failed", job_id)
                 self._drivers.pop(job_id, None)
-                self._log.end_job(job_id, JobStatus.FAILED)
+                self._jobs.end_job(job_id, JobStatus.FAILED)
+
+    def _driver(self, job_id: int) -> JobDriver:
+        job = self._jobs.job(job_id)
+        cost_model = None if self._cost_models is None else self._cost_models(job)
+        return JobDriver(self._log, self._jobs, job, cost_model)
 
     def run(self, stop: threading.Event) -> None:
         """Run rounds until ``stop`` is set."""

@@ -1,105 +1,98 @@
-"""Settings of the API server, from the environment and the `autosched serve` flags.
+"""Settings of the tuning service, from ``AUTOSCHED_*`` environment variables and command flags.
 
-Unsafe combinations are refused here, before anything listens: serving without auth is only allowed
-on a loopback address, and tokens set in the environment must be long enough to be secret.
+Unsafe combinations are refused here, before anything listens: serving without auth is only
+allowed on a loopback address, and tokens set in the environment must be long enough to be secret.
+The variables are listed, with their defaults, in the README's table.
 """
 
 from __future__ import annotations
 
 import ipaddress
-import os
-from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
 from typing import Any
 
+from pydantic import Field, SecretStr, ValidationError, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
 from autosched.errors import UserError
-from autosched.log import default_db_url
 from autosched.log.tokens import MIN_TOKEN_CHARS, Role
+from autosched.protocol import problem_line
 
-_TRUE = ("1", "true", "yes", "on")
-_FALSE = ("", "0", "false", "no", "off")
-_NUMBERS: dict[str, tuple[str, type[int] | type[float]]] = {
-    "max_body_bytes": ("AUTOSCHED_MAX_BODY_BYTES", int),
-    "lease_secs": ("AUTOSCHED_LEASE_SECS", float),
-    "worker_timeout_secs": ("AUTOSCHED_WORKER_TIMEOUT_SECS", float),
-    "claim_secs": ("AUTOSCHED_CLAIM_SECS", float),
-}
+ENV_PREFIX = "AUTOSCHED_"
 
 
-@dataclass(frozen=True)
-class Settings:
-    """How the API server runs.
+class Settings(BaseSettings):
+    """How the service runs; each field ``name`` is read from ``AUTOSCHED_<NAME>``.
 
-    Environment variables (flags of `autosched serve` override them):
-        ``AUTOSCHED_DB``: the tuning log's URL.
-        ``AUTOSCHED_NO_AUTH``: ``1`` to serve without tokens (loopback hosts only).
-        ``AUTOSCHED_MAX_BODY_BYTES``: the largest request body accepted (default 1 MiB).
-        ``AUTOSCHED_CLIENT_TOKEN``, ``AUTOSCHED_WORKER_TOKEN``: tokens the server accepts for
-            that role in addition to those made by `autosched token create` (a deployment's
-            shared secrets, e.g. in docker-compose).
-        ``AUTOSCHED_LEASE_SECS``: how long a lease holds without a heartbeat (default 60).
-        ``AUTOSCHED_WORKER_TIMEOUT_SECS``: how long a silent worker counts as alive (default 60).
-        ``AUTOSCHED_CLAIM_SECS``: how long the search engine's claim on a job holds (default 30).
+    ``db_url`` is ``AUTOSCHED_DB``. ``client_token`` and ``worker_token`` are tokens the server
+    accepts for that role besides those made by `autosched token create` (a deployment's shared
+    secrets, e.g. in docker-compose).
+
+    Raises:
+        UserError: serving without auth off loopback, or an environment token that is too short.
+        pydantic.ValidationError: a value of the wrong type or out of range (`load_settings`
+            turns it into a UserError).
     """
 
-    db_url: str = field(default_factory=default_db_url)
-    host: str = "127.0.0.1"
-    port: int = 8000
-    no_auth: bool = False
-    max_body_bytes: int = 1 << 20
-    lease_secs: float = 60.0
-    worker_timeout_secs: float = 60.0
-    claim_secs: float = 30.0
-    env_tokens: Mapping[Role, str] = field(default_factory=dict)
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX, env_ignore_empty=True, frozen=True, populate_by_name=True
+    )
 
-    def __post_init__(self) -> None:
+    db_url: str = Field(
+        "sqlite:///autosched.db", validation_alias="AUTOSCHED_DB", description="The tuning log."
+    )
+    host: str = Field("127.0.0.1", description="Address to listen on.")
+    port: int = Field(8000, ge=1, le=65535, description="Port to listen on.")
+    no_auth: bool = Field(False, description="Serve without tokens (loopback hosts only).")
+    max_body_bytes: int = Field(1 << 20, ge=1024, description="Largest request body accepted.")
+    lease_secs: float = Field(60.0, gt=0, description="How long a lease holds unheard.")
+    worker_timeout_secs: float = Field(60.0, gt=0, description="How long a silent worker lives.")
+    claim_secs: float = Field(30.0, gt=0, description="How long an engine's claim on a job holds.")
+    client_token: SecretStr | None = Field(None, description="A client token to accept.")
+    worker_token: SecretStr | None = Field(None, description="A worker token to accept.")
+
+    @model_validator(mode="after")
+    def _safe(self) -> Settings:
         if self.no_auth and not is_loopback(self.host):
             raise UserError(
                 f"--no-auth is only allowed on a loopback host (127.0.0.1, ::1, localhost), "
                 f"not {self.host}"
             )
-        if not 1 <= self.port <= 65535:
-            raise UserError(f"port must be within 1..65535, not {self.port}")
-        if self.max_body_bytes < 1024:
-            raise UserError(
-                f"the body size limit must be at least 1024 bytes, not {self.max_body_bytes}"
-            )
-        for name in ("lease_secs", "worker_timeout_secs", "claim_secs"):
-            if not getattr(self, name) > 0:
-                raise UserError(f"{name} must be positive, not {getattr(self, name)}")
-        for role, token in self.env_tokens.items():
+        for role, token in self.env_tokens().items():
             if len(token) < MIN_TOKEN_CHARS:
                 raise UserError(
-                    f"AUTOSCHED_{role.name}_TOKEN needs at least {MIN_TOKEN_CHARS} characters"
+                    f"{ENV_PREFIX}{role.name}_TOKEN needs at least {MIN_TOKEN_CHARS} characters"
                 )
+        return self
 
-    @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
-        """Settings from ``env`` (default ``os.environ``); ``overrides`` that are not None win.
+    def env_tokens(self) -> dict[Role, str]:
+        """The tokens set in the environment, by role."""
+        tokens = {Role.CLIENT: self.client_token, Role.WORKER: self.worker_token}
+        return {role: token.get_secret_value() for role, token in tokens.items() if token}
 
-        Raises:
-            UserError: a variable does not parse, or the settings are unsafe (see the class).
-        """
-        env = os.environ if env is None else env
-        values: dict[str, Any] = {
-            "no_auth": _flag(env, "AUTOSCHED_NO_AUTH"),
-            "env_tokens": {
-                role: env[f"AUTOSCHED_{role.name}_TOKEN"]
-                for role in Role
-                if env.get(f"AUTOSCHED_{role.name}_TOKEN")
-            },
-        }
-        if env.get("AUTOSCHED_DB"):
-            values["db_url"] = env["AUTOSCHED_DB"]
-        for name, (variable, kind) in _NUMBERS.items():
-            if env.get(variable):
-                values[name] = _number(env, variable, kind)
-        known = {f.name for f in fields(cls)}
-        values.update({k: v for k, v in overrides.items() if v is not None and k in known})
-        unknown = sorted(set(overrides) - known)
-        if unknown:
-            raise TypeError(f"unknown settings: {', '.join(unknown)}")
-        return cls(**values)
+
+def load_settings(**overrides: Any) -> Settings:
+    """The settings from the environment, with ``overrides`` (flags) that are not None winning.
+
+    Raises:
+        UserError: a variable does not parse or is out of range, or the settings are unsafe.
+    """
+    try:
+        return Settings(**{name: value for name, value in overrides.items() if value is not None})
+    except ValidationError as error:
+        problems = error.errors()
+        for problem in problems:  # name the variable, not the field
+            problem["loc"] = tuple(_variable(str(part)) for part in problem["loc"])
+        raise UserError(problem_line(problems)) from None
+
+
+def _variable(field: str) -> str:
+    """The environment variable of a field (a location pydantic reports)."""
+    info = Settings.model_fields.get(field)
+    if info is None:  # reported under its alias already
+        return field
+    if isinstance(info.validation_alias, str):
+        return info.validation_alias
+    return f"{ENV_PREFIX}{field.upper()}"
 
 
 def is_loopback(host: str) -> bool:
@@ -110,17 +103,3 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
-
-
-def _flag(env: Mapping[str, str], name: str) -> bool:
-    value = env.get(name, "").strip().lower()
-    if value not in _TRUE + _FALSE:
-        raise UserError(f"{name} must be 1 or 0, not {env[name]!r}")
-    return value in _TRUE
-
-
-def _number(env: Mapping[str, str], name: str, kind: type[int] | type[float]) -> float:
-    try:
-        return kind(env[name])
-    except ValueError:
-        raise UserError(f"{name} must be a number, not {env[name]!r}") from None

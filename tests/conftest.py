@@ -1,4 +1,5 @@
-"""Shared fixtures: ``db_url`` runs a test once on SQLite and once on PostgreSQL.
+"""Shared fixtures: ``db_url`` runs a test once on SQLite and once on PostgreSQL; ``log`` is the
+tuning log on it. Plain helpers live in ``helpers.py``.
 
 The PostgreSQL variant gets a fresh database per test on the server at ``$AUTOSCHED_TEST_PG``
 (default ``postgresql+psycopg://root@127.0.0.1:5432/test``) and is skipped if that is unreachable.
@@ -15,6 +16,8 @@ import pytest
 from sqlalchemy import Engine, create_engine, make_url, text
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.pool import NullPool
+
+from autosched.log import TuningLog
 
 PG_ADMIN_URL = os.environ.get("AUTOSCHED_TEST_PG", "postgresql+psycopg://root@127.0.0.1:5432/test")
 
@@ -54,6 +57,13 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     finally:
         with admin.connect() as connection:
             connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+
+@pytest.fixture
+def log(db_url: str) -> Iterator[TuningLog]:
+    """The tuning log on ``db_url``, closed after the test."""
+    with TuningLog(db_url) as opened:
+        yield opened
 
 
 @pytest.fixture(autouse=True)

@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 
 from autosched.log import TuningLog
+from autosched.log.jobs import JobStore
 from autosched.log.subjects import ensure_subject
 from autosched.records import CandidateResult, ErrorKind, MeasureResult
 from autosched.workloads import get_workload
@@ -51,7 +52,7 @@ def load_recording(path: Path, log: TuningLog, target: dict | None = None) -> li
     for item in workloads:
         workload = get_workload(item["name"], item["params"])
         stored, stored_target = ensure_subject(log, workload, target or item["target"])
-        job = log.start_job(
+        job = JobStore(log).start_job(
             workload_id=stored.id,
             target_id=stored_target.id,
             trials=len(item["records"]),

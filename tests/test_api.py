@@ -15,18 +15,19 @@ from typing import Any
 
 import httpx
 import pytest
+from autosched.server.api.app import create_app
+from autosched.server.settings import Settings, load_settings
 from fastapi.testclient import TestClient
 
 from autosched.client import ServiceClient
 from autosched.errors import ServiceUnavailable, UserError
-from autosched.log.queue import ReportedResult, WorkQueue
+from autosched.log.jobs import JobStore
 from autosched.log.tokens import Role, TokenStore
+from autosched.protocol import ReportedResult
 from autosched.records import MeasureResult
 from autosched.schedule import BASELINE_TRACE
 from autosched.target import canonical_target, target_key
 from autosched.workloads import get_workload
-from server.app import create_app
-from server.settings import Settings
 
 SHAPE = {"M": 16, "N": 16, "K": 16}
 MATMUL = {"name": "matmul", "params": SHAPE}
@@ -40,7 +41,7 @@ NOW = datetime.now(timezone.utc).isoformat()
 @dataclass
 class Api:
     http: TestClient
-    queue: WorkQueue
+    jobs: JobStore
     tokens: dict[Role, str]
 
     def headers(self, role: Role) -> dict[str, str]:
@@ -72,7 +73,7 @@ def api(db_url: str) -> Iterator[Api]:
     with TestClient(app) as http:
         store: TokenStore = app.state.stores.tokens
         tokens = {role: store.create(role, f"test {role.value}") for role in Role}
-        yield Api(http, app.state.stores.queue, tokens)
+        yield Api(http, app.state.stores.jobs, tokens)
 
 
 def _queue_candidates(api: Api, job_id: int, n: int, *, replayable: bool = False) -> None:
@@ -81,9 +82,9 @@ def _queue_candidates(api: Api, job_id: int, n: int, *, replayable: bool = False
     Their traces are made up, or with ``replayable`` the untuned program's (which counts as the
     baseline, not as a trial).
     """
-    assert job_id in api.queue.claim_jobs("test-engine", 60)
+    assert job_id in api.jobs.claim_jobs("test-engine", 60)
     traces = [BASELINE_TRACE if replayable else f'["trace {i}"]' for i in range(n)]
-    api.queue.enqueue(job_id, [(trace, f"program {i}", None) for i, trace in enumerate(traces)])
+    api.jobs.enqueue(job_id, [(trace, f"program {i}", None) for i, trace in enumerate(traces)])
 
 
 def _one_line(response: httpx.Response) -> str:
@@ -181,15 +182,28 @@ def test_no_auth_is_refused_off_loopback() -> None:
     assert Settings(host="::1", no_auth=True).no_auth
 
 
-def test_tokens_from_the_environment_are_accepted(tmp_path) -> None:
+def test_tokens_from_the_environment_are_accepted(
+    tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     token = "w" * 40
-    env = {"AUTOSCHED_DB": f"sqlite:///{tmp_path / 'env.db'}", "AUTOSCHED_WORKER_TOKEN": token}
-    with TestClient(create_app(Settings.from_env(env))) as http:
+    monkeypatch.setenv("AUTOSCHED_DB", f"sqlite:///{tmp_path / 'env.db'}")
+    monkeypatch.setenv("AUTOSCHED_WORKER_TOKEN", token)
+    with TestClient(create_app(load_settings())) as http:
         headers = {"Authorization": f"Bearer {token}"}
         assert http.post("/api/v1/workers/1/heartbeat", headers=headers).status_code == 404
         assert http.get("/api/v1/jobs", headers=headers).status_code == 403
+    monkeypatch.setenv("AUTOSCHED_CLIENT_TOKEN", "short")
     with pytest.raises(UserError, match="at least 32 characters"):
-        Settings.from_env({"AUTOSCHED_CLIENT_TOKEN": "short"})
+        load_settings()
+
+
+def test_settings_that_do_not_parse_name_their_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AUTOSCHED_LEASE_SECS", "soon")
+    with pytest.raises(UserError, match="AUTOSCHED_LEASE_SECS"):
+        load_settings()
+    monkeypatch.setenv("AUTOSCHED_LEASE_SECS", "0")
+    with pytest.raises(UserError, match="AUTOSCHED_LEASE_SECS: Input should be greater than 0"):
+        load_settings()
 
 
 # Jobs.

@@ -1,8 +1,7 @@
-"""The XGBoost cost model: it learns to rank candidates, saves and loads, and serves the search."""
+"""The XGBoost cost model: it learns to rank candidates, starts from a pretrained booster, and
+serves the search."""
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -75,19 +74,6 @@ def test_failed_candidates_are_learned_as_the_slowest(sampled) -> None:
     assert predicted[1::2].mean() < predicted[0::2].mean()
 
 
-def test_save_and_load_keep_the_model_and_its_data(sampled, tmp_path: Path) -> None:
-    context, candidates = sampled
-    features = candidate_features(context, candidates)
-    model = XGBCostModel(seed=0)
-    model.add("a", features[:40], list(_latencies(features)[:40]))
-    model.add("b", features[40:60], [None] * 20)
-    model.fit()
-    model.save(tmp_path / "model")
-    loaded = XGBCostModel.load(tmp_path / "model")
-    assert loaded.num_samples == 60 and loaded.trained_on == 60
-    np.testing.assert_array_equal(loaded.predict(features), model.predict(features))
-
-
 def test_a_pretrained_model_predicts_with_its_base_and_fine_tuning_adds_to_it(sampled) -> None:
     context, candidates = sampled
     features = candidate_features(context, candidates)
@@ -107,19 +93,6 @@ def test_a_pretrained_model_predicts_with_its_base_and_fine_tuning_adds_to_it(sa
     assert not np.array_equal(job_model.predict(features), shared.predict(features))
     again = XGBCostModel.pretrained(booster, "throughput", seed=0)
     np.testing.assert_array_equal(again.predict(features), shared.predict(features))
-
-
-def test_save_and_load_keep_a_pretrained_base(sampled, tmp_path: Path) -> None:
-    context, candidates = sampled
-    features = candidate_features(context, candidates)
-    shared = XGBCostModel(seed=0)
-    shared.add("other", features[:48], list(_latencies(features)[:48]))
-    shared.fit()
-    job_model = XGBCostModel.pretrained(shared.booster_bytes(), "throughput")
-    job_model.save(tmp_path / "model")
-    loaded = XGBCostModel.load(tmp_path / "model")
-    assert loaded.has_base and loaded.trained_on == 0
-    np.testing.assert_array_equal(loaded.predict(features), shared.predict(features))
 
 
 def test_an_unknown_objective_is_refused() -> None:

@@ -5,16 +5,18 @@ from __future__ import annotations
 import threading
 import time
 
+from autosched.server.engine import Engine
+from autosched.workers.daemon import WorkerDaemon
 from recorded import DATA, load_recording
 
 from autosched.costmodel.shared import train_shared
-from autosched.log import JobStatus, TuningLog
-from autosched.log.queue import WorkQueue
+from autosched.log import TuningLog
+from autosched.log.jobs import JobStore
+from autosched.log.leases import LeaseQueue
 from autosched.measure import MeasureConfig
+from autosched.records import JobStatus
 from autosched.target import host_target, target_family
 from autosched.workloads import get_workload
-from server.engine import Engine
-from workers.daemon import WorkerDaemon
 
 FAST = MeasureConfig(repeat=2, min_repeat_ms=2, run_timeout_secs=10)
 
@@ -31,9 +33,9 @@ def test_jobs_are_tuned_to_their_budget_by_engine_and_workers(db_url: str) -> No
     with TuningLog(db_url) as log:
         load_recording(DATA / "small_matmuls.json.gz", log, target)
         model = train_shared(log, target_family(target), evaluate=False).model
-        queue = WorkQueue(log)
+        store, queue = JobStore(log), LeaseQueue(log)
         jobs = [
-            queue.submit(
+            store.submit(
                 get_workload("matmul", {"M": 32, "N": 32, "K": 32}),
                 target,
                 trials=6,
@@ -41,7 +43,7 @@ def test_jobs_are_tuned_to_their_budget_by_engine_and_workers(db_url: str) -> No
                 strategy="evolutionary",
                 seed=1,
             ),
-            queue.submit(
+            store.submit(
                 get_workload("softmax", {"rows": 8, "cols": 32}),
                 target,
                 trials=4,
@@ -50,7 +52,7 @@ def test_jobs_are_tuned_to_their_budget_by_engine_and_workers(db_url: str) -> No
                 seed=2,
             ),
         ]
-        engine = Engine(log, queue, poll_secs=0.1)
+        engine = Engine(log, poll_secs=0.1)
         stop = threading.Event()
         daemons = [
             WorkerDaemon(queue, target, batch=2, config=FAST, poll_secs=0.1) for _ in range(2)
@@ -60,14 +62,14 @@ def test_jobs_are_tuned_to_their_budget_by_engine_and_workers(db_url: str) -> No
         for thread in threads:
             thread.start()
         try:
-            _wait_for(lambda: all(queue.job(job).status.final for job in jobs))
+            _wait_for(lambda: all(store.job(job).status.final for job in jobs))
         finally:
             stop.set()
             engine.stop()
             for thread in threads:
                 thread.join()
         for job in jobs:
-            progress = queue.job(job)
+            progress = store.job(job)
             assert progress.status is JobStatus.FINISHED
             assert progress.trials_done == progress.trials
             assert progress.best_latency_secs is not None and progress.curve

@@ -27,10 +27,11 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.pool import NullPool
 
 from autosched.errors import UserError
-from autosched.log import JobStatus, TuningLog, default_db_url
+from autosched.log import TuningLog, default_db_url
+from autosched.log.db import VERSION_TABLE
+from autosched.log.jobs import JobStore
 from autosched.log.models import Base
-from autosched.log.store import VERSION_TABLE
-from autosched.records import CandidateResult, ErrorKind, MeasureResult
+from autosched.records import CandidateResult, ErrorKind, JobStatus, MeasureResult
 
 TABLES = {
     "workloads",
@@ -56,6 +57,10 @@ class Job:
     target_id: int
 
 
+def _programs(log: TuningLog, workload_id: int, target_id: int) -> set[str]:
+    return {record.program_hash for record in log.records(workload_id, target_id)}
+
+
 @pytest.fixture
 def log(db_url: str) -> Iterator[TuningLog]:
     with TuningLog(db_url) as opened:
@@ -67,7 +72,7 @@ def start_job(log: TuningLog, workload_key: str = "w1", target_key: str = "llvm"
         key=workload_key, name="matmul", params={"n": 64}, tvmscript="# tir", flops=2.0e6
     )
     target = log.ensure_target(key=target_key, kind="llvm", target_json={"kind": "llvm"})
-    job_id = log.start_job(
+    job_id = JobStore(log).start_job(
         workload_id=workload.id,
         target_id=target.id,
         trials=16,
@@ -175,7 +180,7 @@ def test_upgrading_a_log_of_the_first_schema_keeps_its_records(tmp_path) -> None
     with TuningLog(url) as log:
         (record,) = log.records(1, 1)
         assert record.median_secs == 0.5 and record.program_hash == "h"
-        assert log.job(1).status is JobStatus.FINISHED
+        assert JobStore(log).job(1).status is JobStatus.FINISHED
     engine = create_engine(url)
     with engine.connect() as connection:
         assert connection.execute(text("SELECT state FROM candidates")).scalar() == "measured"
@@ -282,8 +287,8 @@ def test_record_batch_stores_samples_medians_and_errors(log: TuningLog, job: Job
     assert a.measured_at.utcoffset() == timedelta(0)
     assert (b.program_hash, b.median_secs, b.samples) == ("b", None, ())
     assert (b.error_kind, b.error_msg) == (ErrorKind.RUN_TIMEOUT, "run_timeout went wrong")
-    assert log.measured_hashes(job.workload_id, job.target_id) == {"a", "b"}
-    assert log.measured_hashes(job.workload_id, job.target_id + 1) == set()
+    assert _programs(log, job.workload_id, job.target_id) == {"a", "b"}
+    assert _programs(log, job.workload_id, job.target_id + 1) == set()
 
 
 def test_best_comes_only_from_verified_error_free_results(log: TuningLog, job: Job) -> None:
@@ -320,10 +325,14 @@ def test_no_best_without_a_verified_result(log: TuningLog, job: Job) -> None:
 def test_recording_the_same_batch_twice_changes_nothing(log: TuningLog, job: Job) -> None:
     batch = [timed("a", 2.0), timed("b", 1.0), failed("c", ErrorKind.CRASH), timed("a", 0.5)]
     assert log.record_batch(job.id, batch) == 3
-    before = (log.records(job.workload_id, job.target_id), log.summary(), log.job(job.id))
+
+    def state() -> tuple:
+        return log.records(job.workload_id, job.target_id), log.summary(), JobStore(log).job(job.id)
+
+    before = state()
 
     assert log.record_batch(job.id, batch) == 0
-    other_job = log.start_job(
+    other_job = JobStore(log).start_job(
         workload_id=job.workload_id,
         target_id=job.target_id,
         trials=4,
@@ -333,7 +342,7 @@ def test_recording_the_same_batch_twice_changes_nothing(log: TuningLog, job: Job
     )
     assert log.record_batch(other_job, batch) == 0
 
-    assert (log.records(job.workload_id, job.target_id), log.summary(), log.job(job.id)) == before
+    assert state() == before
     assert before[1][0].trials == 3
     assert before[1][0].best_latency_secs == 1.0
 
@@ -368,8 +377,8 @@ def test_a_batch_that_fails_midway_leaves_nothing(
 
     after = (log.records(job.workload_id, job.target_id), log.best(job.workload_id, job.target_id))
     assert after == before
-    assert log.measured_hashes(job.workload_id, job.target_id) == {"old"}
-    assert log.job(job.id).measured == 1
+    assert _programs(log, job.workload_id, job.target_id) == {"old"}
+    assert JobStore(log).job(job.id).trials_done == 1
     assert log.record_batch(job.id, [timed("new", 0.1)]) == 1
 
 
@@ -417,30 +426,30 @@ def test_records_ok_only_lists_error_free_timings_fastest_first(log: TuningLog, 
 
 
 def test_job_reports_status_times_and_counts(log: TuningLog, job: Job) -> None:
-    running = log.job(job.id)
+    running = JobStore(log).job(job.id)
     assert (running.status, running.trials, running.batch_size) == (JobStatus.RUNNING, 16, 4)
     assert (running.strategy, running.seed, running.finished_at) == ("random", 0, None)
     assert running.started_at is not None
     assert running.started_at.utcoffset() == timedelta(0)
 
     log.record_batch(job.id, [timed("a", 1.0), failed("b", ErrorKind.CRASH)])
-    log.end_job(job.id, JobStatus.INTERRUPTED)
+    JobStore(log).end_job(job.id, JobStatus.INTERRUPTED)
 
-    ended = log.job(job.id)
-    assert (ended.status, ended.measured, ended.failed) == (JobStatus.INTERRUPTED, 2, 1)
+    ended = JobStore(log).job(job.id)
+    assert (ended.status, ended.trials_done, ended.failed) == (JobStatus.INTERRUPTED, 2, 1)
     assert ended.finished_at is not None
     assert ended.finished_at >= running.started_at
 
 
 def test_unknown_jobs_and_running_as_an_end_status_are_refused(log: TuningLog, job: Job) -> None:
     with pytest.raises(UserError, match="no tuning job"):
-        log.job(job.id + 1)
+        JobStore(log).job(job.id + 1)
     with pytest.raises(UserError, match="no tuning job"):
-        log.end_job(job.id + 1, JobStatus.FINISHED)
+        JobStore(log).end_job(job.id + 1, JobStatus.FINISHED)
     with pytest.raises(UserError, match="no tuning job"):
         log.record_batch(job.id + 1, [timed("a", 1.0)])
     with pytest.raises(ValueError, match="RUNNING"):
-        log.end_job(job.id, JobStatus.RUNNING)
+        JobStore(log).end_job(job.id, JobStatus.RUNNING)
 
 
 def test_default_db_url_honours_autosched_db(db_url: str, monkeypatch: pytest.MonkeyPatch) -> None:

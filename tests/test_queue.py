@@ -10,9 +10,11 @@ from datetime import UTC, datetime
 import pytest
 
 from autosched.errors import UserError
-from autosched.log import JobStatus, TuningLog
-from autosched.log.queue import ReportedResult, WorkQueue
-from autosched.records import ErrorKind, MeasureResult
+from autosched.log import TuningLog
+from autosched.log.jobs import JobStore
+from autosched.log.leases import LeaseQueue
+from autosched.protocol import ReportedResult
+from autosched.records import ErrorKind, JobStatus, MeasureResult
 from autosched.workloads import get_workload
 
 TARGET = {"kind": "llvm", "mcpu": "skylake-avx512", "num-cores": 2}
@@ -26,12 +28,12 @@ def log(db_url: str) -> Iterator[TuningLog]:
         yield opened
 
 
-def _running_job(queue: WorkQueue, trials: int = 8, name: str = "matmul", m: int = 16) -> int:
+def _running_job(jobs: JobStore, trials: int = 8, name: str = "matmul", m: int = 16) -> int:
     workload = get_workload(name, {"M": m, "N": 16, "K": 16})
-    job = queue.submit(
+    job = jobs.submit(
         workload, TARGET, trials=trials, batch_size=4, strategy="evolutionary", seed=0
     )
-    assert job in queue.claim_jobs("engine-1", ttl_secs=60)
+    assert job in jobs.claim_jobs("engine-1", ttl_secs=60)
     return job
 
 
@@ -49,8 +51,8 @@ def _crash() -> MeasureResult:
 
 
 def test_a_submitted_job_is_queued_until_an_engine_claims_it(log: TuningLog) -> None:
-    queue = WorkQueue(log)
-    job = queue.submit(
+    jobs = JobStore(log)
+    job = jobs.submit(
         get_workload("matmul", {"M": 16, "N": 16, "K": 16}),
         TARGET,
         trials=8,
@@ -58,16 +60,16 @@ def test_a_submitted_job_is_queued_until_an_engine_claims_it(log: TuningLog) -> 
         strategy="evolutionary",
         seed=1,
     )
-    assert queue.job(job).status is JobStatus.QUEUED
-    assert queue.claim_jobs("engine-1", ttl_secs=60) == [job]
-    assert queue.claim_jobs("engine-2", ttl_secs=60) == []  # held by a live engine
-    progress = queue.job(job)
+    assert jobs.job(job).status is JobStatus.QUEUED
+    assert jobs.claim_jobs("engine-1", ttl_secs=60) == [job]
+    assert jobs.claim_jobs("engine-2", ttl_secs=60) == []  # held by a live engine
+    progress = jobs.job(job)
     assert progress.status is JobStatus.RUNNING and progress.started_at is not None
 
 
 def test_a_job_whose_engine_died_is_taken_over(log: TuningLog) -> None:
-    queue = WorkQueue(log)
-    job = queue.submit(
+    jobs = JobStore(log)
+    job = jobs.submit(
         get_workload("softmax", {"rows": 4, "cols": 8}),
         TARGET,
         trials=4,
@@ -75,17 +77,17 @@ def test_a_job_whose_engine_died_is_taken_over(log: TuningLog) -> None:
         strategy="evolutionary",
         seed=None,
     )
-    assert queue.claim_jobs("engine-1", ttl_secs=0.2) == [job]
+    assert jobs.claim_jobs("engine-1", ttl_secs=0.2) == [job]
     time.sleep(0.3)
-    assert queue.claim_jobs("engine-2", ttl_secs=60) == [job]
-    assert queue.claim_jobs("engine-1", ttl_secs=60) == []
+    assert jobs.claim_jobs("engine-2", ttl_secs=60) == [job]
+    assert jobs.claim_jobs("engine-1", ttl_secs=60) == []
 
 
 def test_workers_lease_their_targets_candidates_in_batches(log: TuningLog) -> None:
-    queue = WorkQueue(log)
-    job = _running_job(queue)
-    assert len(queue.enqueue(job, _candidates("a", 6))) == 6
-    assert queue.enqueue(job, _candidates("a", 6)) == []  # known programs are not queued twice
+    jobs, queue = JobStore(log), LeaseQueue(log)
+    job = _running_job(jobs)
+    assert len(jobs.enqueue(job, _candidates("a", 6))) == 6
+    assert jobs.enqueue(job, _candidates("a", 6)) == []  # known programs are not queued twice
     stranger = queue.register_worker(name="other", target=OTHER_TARGET, fingerprint=FINGERPRINT)
     assert queue.lease(stranger, 4) is None
     worker = queue.register_worker(name="w", target=TARGET, fingerprint=FINGERPRINT)
@@ -97,15 +99,15 @@ def test_workers_lease_their_targets_candidates_in_batches(log: TuningLog) -> No
     candidate = first.candidates[0]
     assert candidate.job_id == job and candidate.workload.name == "matmul"
     assert candidate.target["mcpu"] == "skylake-avx512" and candidate.best_latency_secs is None
-    assert queue.budget(job).outstanding == 6
+    assert jobs.budget(job).outstanding == 6
 
 
 def test_jobs_take_turns(log: TuningLog) -> None:
-    queue = WorkQueue(log)
-    first_job = _running_job(queue, m=16)
-    second_job = _running_job(queue, m=32)
-    queue.enqueue(first_job, _candidates("a", 4))
-    queue.enqueue(second_job, _candidates("b", 4))
+    jobs, queue = JobStore(log), LeaseQueue(log)
+    first_job = _running_job(jobs, m=16)
+    second_job = _running_job(jobs, m=32)
+    jobs.enqueue(first_job, _candidates("a", 4))
+    jobs.enqueue(second_job, _candidates("b", 4))
     worker = queue.register_worker(name="w", target=TARGET, fingerprint=FINGERPRINT)
     lease = queue.lease(worker, 4)
     assert lease is not None
@@ -113,9 +115,9 @@ def test_jobs_take_turns(log: TuningLog) -> None:
 
 
 def test_reports_are_stored_once_and_only_verified_results_become_best(log: TuningLog) -> None:
-    queue = WorkQueue(log)
-    job = _running_job(queue)
-    queue.enqueue(job, _candidates("a", 3))
+    jobs, queue = JobStore(log), LeaseQueue(log)
+    job = _running_job(jobs)
+    jobs.enqueue(job, _candidates("a", 3))
     worker = queue.register_worker(name="w", target=TARGET, fingerprint=FINGERPRINT)
     lease = queue.lease(worker, 3)
     assert lease is not None
@@ -129,23 +131,23 @@ def test_reports_are_stored_once_and_only_verified_results_become_best(log: Tuni
     assert (outcome.stored, outcome.ignored) == (3, 0)
     again = queue.report(worker, lease.id, report)
     assert (again.stored, again.ignored) == (0, 3)
-    progress = queue.job(job)
+    progress = jobs.job(job)
     assert progress.trials_done == 3 and progress.failed == 1
     assert progress.best_latency_secs == pytest.approx(2e-3)
     assert progress.curve == [(1, pytest.approx(2e-3))]
-    assert queue.budget(job).outstanding == 0
-    assert queue.budget(job).measured == 3
-    assert [m.record.program_hash for m in queue.measured_since(job, 0)] == ["a0", "a1", "a2"]
-    last = queue.measured_since(job, 0)[1].measurement_id
-    assert [m.record.program_hash for m in queue.measured_since(job, last)] == ["a2"]
+    assert jobs.budget(job).outstanding == 0
+    assert jobs.budget(job).measured == 3
+    assert [m.record.program_hash for m in jobs.measured_since(job, 0)] == ["a0", "a1", "a2"]
+    last = jobs.measured_since(job, 0)[1].measurement_id
+    assert [m.record.program_hash for m in jobs.measured_since(job, last)] == ["a2"]
 
 
 def test_an_expired_lease_goes_back_and_its_late_report_is_not_double_counted(
     log: TuningLog,
 ) -> None:
-    queue = WorkQueue(log, lease_secs=0.3)
-    job = _running_job(queue)
-    queue.enqueue(job, _candidates("a", 2))
+    jobs, queue = JobStore(log), LeaseQueue(log, lease_secs=0.3)
+    job = _running_job(jobs)
+    jobs.enqueue(job, _candidates("a", 2))
     dead = queue.register_worker(name="dead", target=TARGET, fingerprint=FINGERPRINT)
     alive = queue.register_worker(name="alive", target=TARGET, fingerprint=FINGERPRINT)
     lost = queue.lease(dead, 2)
@@ -158,14 +160,14 @@ def test_an_expired_lease_goes_back_and_its_late_report_is_not_double_counted(
     assert queue.report(alive, retry.id, results).stored == 2
     late = [ReportedResult(c.candidate_id, _ok(5e-4), True) for c in lost.candidates]
     assert queue.report(dead, lost.id, late).ignored == 2
-    assert queue.job(job).trials_done == 2
-    assert queue.job(job).best_latency_secs == pytest.approx(1e-3)
+    assert jobs.job(job).trials_done == 2
+    assert jobs.job(job).best_latency_secs == pytest.approx(1e-3)
 
 
 def test_heartbeats_keep_a_lease(log: TuningLog) -> None:
-    queue = WorkQueue(log, lease_secs=0.4)
-    job = _running_job(queue)
-    queue.enqueue(job, _candidates("a", 1))
+    jobs, queue = JobStore(log), LeaseQueue(log, lease_secs=0.4)
+    job = _running_job(jobs)
+    jobs.enqueue(job, _candidates("a", 1))
     worker = queue.register_worker(name="w", target=TARGET, fingerprint=FINGERPRINT)
     other = queue.register_worker(name="o", target=TARGET, fingerprint=FINGERPRINT)
     lease = queue.lease(worker, 1)
@@ -178,9 +180,9 @@ def test_heartbeats_keep_a_lease(log: TuningLog) -> None:
 
 
 def test_a_candidate_that_crashes_twice_is_poisoned_and_never_sent_again(log: TuningLog) -> None:
-    queue = WorkQueue(log)
-    job = _running_job(queue)
-    queue.enqueue(job, _candidates("a", 1))
+    jobs, queue = JobStore(log), LeaseQueue(log)
+    job = _running_job(jobs)
+    jobs.enqueue(job, _candidates("a", 1))
     worker = queue.register_worker(name="w", target=TARGET, fingerprint=FINGERPRINT)
     for expected in ("requeued", "poisoned"):
         lease = queue.lease(worker, 1)
@@ -191,16 +193,16 @@ def test_a_candidate_that_crashes_twice_is_poisoned_and_never_sent_again(log: Tu
         )
         assert getattr(outcome, expected) == 1
     assert queue.lease(worker, 1) is None
-    (measured,) = queue.measured_since(job, 0)
+    (measured,) = jobs.measured_since(job, 0)
     assert measured.record.error_kind is ErrorKind.CRASH
     assert "poisoned" in measured.record.error_msg
-    assert queue.job(job).failed == 1
+    assert jobs.job(job).failed == 1
 
 
 def test_a_released_lease_is_requeued_without_a_strike(log: TuningLog) -> None:
-    queue = WorkQueue(log)
-    job = _running_job(queue)
-    queue.enqueue(job, _candidates("a", 2))
+    jobs, queue = JobStore(log), LeaseQueue(log)
+    job = _running_job(jobs)
+    jobs.enqueue(job, _candidates("a", 2))
     worker = queue.register_worker(name="w", target=TARGET, fingerprint=FINGERPRINT)
     for _ in range(3):  # releasing never poisons
         lease = queue.lease(worker, 2)
@@ -209,16 +211,16 @@ def test_a_released_lease_is_requeued_without_a_strike(log: TuningLog) -> None:
 
 
 def test_a_cancelled_job_hands_out_no_more_work(log: TuningLog) -> None:
-    queue = WorkQueue(log)
-    job = _running_job(queue)
-    queue.enqueue(job, _candidates("a", 4))
+    jobs, queue = JobStore(log), LeaseQueue(log)
+    job = _running_job(jobs)
+    jobs.enqueue(job, _candidates("a", 4))
     worker = queue.register_worker(name="w", target=TARGET, fingerprint=FINGERPRINT)
     lease = queue.lease(worker, 1)
     assert lease is not None
-    assert queue.cancel(job).status is JobStatus.CANCELLED
+    assert jobs.cancel(job).status is JobStatus.CANCELLED
     assert queue.lease(worker, 4) is None
-    assert queue.enqueue(job, _candidates("b", 2)) == []
-    assert queue.claim_jobs("engine-1", ttl_secs=60) == []
+    assert jobs.enqueue(job, _candidates("b", 2)) == []
+    assert jobs.claim_jobs("engine-1", ttl_secs=60) == []
     # the measurement in flight still lands in the log
     (candidate,) = lease.candidates
     assert (
@@ -230,9 +232,9 @@ def test_a_cancelled_job_hands_out_no_more_work(log: TuningLog) -> None:
 
 
 def test_concurrent_workers_never_lease_the_same_candidate(log: TuningLog) -> None:
-    queue = WorkQueue(log)
-    job = _running_job(queue, trials=40)
-    queue.enqueue(job, _candidates("a", 40))
+    jobs, queue = JobStore(log), LeaseQueue(log)
+    job = _running_job(jobs, trials=40)
+    jobs.enqueue(job, _candidates("a", 40))
     workers = [
         queue.register_worker(name=f"w{i}", target=TARGET, fingerprint=FINGERPRINT)
         for i in range(8)
@@ -250,9 +252,9 @@ def test_concurrent_workers_never_lease_the_same_candidate(log: TuningLog) -> No
 
 
 def test_worker_targets_metrics_and_unknown_ids(log: TuningLog) -> None:
-    queue = WorkQueue(log)
-    job = _running_job(queue)
-    queue.enqueue(job, _candidates("a", 3))
+    jobs, queue = JobStore(log), LeaseQueue(log)
+    job = _running_job(jobs)
+    jobs.enqueue(job, _candidates("a", 3))
     worker = queue.register_worker(name="w", target=TARGET, fingerprint=FINGERPRINT)
     assert queue.lease(worker, 1) is not None
     (target,) = queue.worker_targets("llvm")
@@ -261,7 +263,7 @@ def test_worker_targets_metrics_and_unknown_ids(log: TuningLog) -> None:
     assert (metrics.queued, metrics.leased, metrics.active_leases) == (2, 1, 1)
     assert metrics.workers_alive == 1 and metrics.jobs_by_status["running"] == 1
     with pytest.raises(UserError, match="no tuning job"):
-        queue.job(999)
+        jobs.job(999)
     with pytest.raises(UserError, match="no worker"):
         queue.lease(999, 1)
     with pytest.raises(UserError, match="no lease"):

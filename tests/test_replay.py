@@ -12,10 +12,11 @@ import pytest
 
 from autosched.errors import UserError
 from autosched.log import TuningLog
+from autosched.log.jobs import JobStore
 from autosched.log.subjects import ensure_subject
-from autosched.measure import LocalMeasurer, MeasureConfig, ReplayMeasurer
-from autosched.measure.replay import ReplayCounts, check_not_source
+from autosched.measure import LocalMeasurer, MeasureConfig
 from autosched.records import CandidateResult, ErrorKind, MeasureResult, RecordView, WorkloadRef
+from autosched.replay import ReplayCounts, ReplayMeasurer, check_not_source
 from autosched.schedule import BASELINE_TRACE, apply_trace, program_hash
 from autosched.target import canonical_target, host_target, target_key
 from autosched.tuner import TuneOptions, tune
@@ -224,7 +225,7 @@ def _record(
 ) -> None:
     """Store ``results`` (trace -> result) as one job's measurements."""
     stored_workload, stored_target = ensure_subject(log, workload, target)
-    job = log.start_job(
+    job = JobStore(log).start_job(
         workload_id=stored_workload.id,
         target_id=stored_target.id,
         trials=len(results),

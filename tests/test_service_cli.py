@@ -21,16 +21,17 @@ import httpx
 import pytest
 import tvm
 import uvicorn
+from autosched.server.api.app import create_app
+from autosched.server.settings import Settings
 
-from autosched.cli import main
+from autosched.cli.main import main
 from autosched.client import ServiceClient
 from autosched.log import TuningLog
-from autosched.log.queue import ReportedResult, WorkQueue
+from autosched.log.jobs import JobStore
 from autosched.log.tokens import Role, TokenStore
+from autosched.protocol import ReportedResult
 from autosched.records import MeasureResult
 from autosched.schedule import BASELINE_TRACE
-from server.app import create_app
-from server.settings import Settings
 
 SHAPE = ["-p", "M=16", "-p", "N=16", "-p", "K=16"]
 WORKER_TARGET = {"kind": "llvm", "mcpu": "skylake-avx512", "num-cores": 2}
@@ -63,7 +64,7 @@ def autosched(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatc
 @dataclass
 class Server:
     url: str
-    queue: WorkQueue
+    jobs: JobStore
     client_token: str
     worker: ServiceClient
 
@@ -90,7 +91,7 @@ def server(tmp_path: Path) -> Iterator[Server]:
     url = f"http://127.0.0.1:{port}"
     worker = ServiceClient(url, stores.tokens.create(Role.WORKER, "test worker"))
     try:
-        yield Server(url, stores.queue, stores.tokens.create(Role.CLIENT, "test"), worker)
+        yield Server(url, stores.jobs, stores.tokens.create(Role.CLIENT, "test"), worker)
     finally:
         worker.close()
         served.should_exit = True
@@ -99,8 +100,8 @@ def server(tmp_path: Path) -> Iterator[Server]:
 
 def _measure_baseline(server: Server, job_id: int, worker_id: int) -> None:
     """Queue the job's untuned program and report it measured and verified, as a worker would."""
-    assert job_id in server.queue.claim_jobs("test-engine", 60)
-    server.queue.enqueue(job_id, [(BASELINE_TRACE, "baseline", None)])
+    assert job_id in server.jobs.claim_jobs("test-engine", 60)
+    server.jobs.enqueue(job_id, [(BASELINE_TRACE, "baseline", None)])
     lease = server.worker.lease(worker_id, 1)
     assert lease is not None
     now = datetime.now(timezone.utc)

@@ -15,8 +15,10 @@ from optuna.trial import TrialState
 from autosched.errors import UserError
 from autosched.records import ErrorKind, MeasureResult
 from autosched.schedule import apply_trace, program_hash
-from autosched.search import Proposal, RandomSearch, TPESearch, design_space
-from autosched.search.space import replay_with_choices
+from autosched.search.base import Proposal
+from autosched.search.random import RandomSearch
+from autosched.search.space import design_space, replay_with_choices
+from autosched.search.tpe import TPESearch
 from autosched.target import host_target
 from autosched.workloads import get_workload
 

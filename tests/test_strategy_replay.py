@@ -17,8 +17,9 @@ from autosched.costmodel.shared import train_shared
 from autosched.errors import UserError
 from autosched.log import TuningLog
 from autosched.log.costmodels import CostModelStore
-from autosched.measure import ReplayMeasurer
-from autosched.search.strategies import STRATEGIES, study_name
+from autosched.replay import ReplayMeasurer
+from autosched.search.registry import STRATEGY_NAMES
+from autosched.search.tpe import study_name
 from autosched.target import host_target, target_family, target_key
 from autosched.tuner import TuneOptions, tune
 from autosched.workloads import get_workload
@@ -45,7 +46,7 @@ def _measured(log: TuningLog) -> int:
     return log.count_records(workload.id, target.id)
 
 
-@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize("strategy", STRATEGY_NAMES)
 def test_each_strategy_tunes_on_the_replay_simulator(
     source: tuple[TuningLog, XGBCostModel], strategy: str, tmp_path: Path
 ) -> None:

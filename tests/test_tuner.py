@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 from faults import FaultyMeasurer, faulty_matmul
 
-from autosched.log import JobStatus, TuningLog
+from autosched.log import TuningLog
+from autosched.log.jobs import JobStore
 from autosched.measure import MeasureConfig
-from autosched.records import ErrorKind
+from autosched.records import ErrorKind, JobStatus
 from autosched.schedule import BASELINE_TRACE
 from autosched.target import host_target, target_key
 from autosched.tuner import TuneOptions, tune
@@ -53,10 +54,10 @@ def test_tune_measures_the_budget_and_resume_adds_new_candidates_only(db_url: st
     assert second.best_latency_secs <= first.best_latency_secs
     with TuningLog(db_url) as reopened:
         best = reopened.best(*ids)
-        job = reopened.job(second.job_id)
+        job = JobStore(reopened).job(second.job_id)
     assert best is not None and best.verified and best.median_secs == second.best_latency_secs
     assert best.median_secs < first.baseline_latency_secs
-    assert job.status is JobStatus.FINISHED and job.measured == 6  # the baseline was logged before
+    assert job.status is JobStatus.FINISHED and job.trials_done == 6
     assert first.speedup is not None and first.speedup > 1
     assert first.gflops == pytest.approx(2 * 64**3 / first.best_latency_secs / 1e9)
 
@@ -145,12 +146,12 @@ def test_an_interrupted_run_keeps_its_completed_batches(db_url: str) -> None:
         with pytest.raises(KeyboardInterrupt):
             tune(workload, target, log, measurer, TuneOptions(trials=12, batch_size=4, seed=5))
         records = log.records(*_ids(log, workload, target))
-        job = log.job(1)
+        job = JobStore(log).job(1)
     finally:
         measurer.close()
         log.close()
     assert len(records) == 1 + 4  # the baseline and the one completed batch
-    assert job.status is JobStatus.INTERRUPTED and job.measured == 1 + 4
+    assert job.status is JobStatus.INTERRUPTED and job.trials_done == 4  # the baseline apart
 
 
 def test_a_program_whose_epilogue_cannot_be_fused_is_still_tuned(tmp_path) -> None:

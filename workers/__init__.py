@@ -1,1 +1,3 @@
-"""Worker daemons: pull candidates from the tuning service, measure them here, report back."""
+"""Worker daemons, installed as ``autosched.workers``: pull candidates from the tuning service,
+measure them on this machine, report back (``daemon``); `autosched worker` runs one (``cli``).
+"""

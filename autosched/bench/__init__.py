@@ -1,3 +1,3 @@
 """Benchmarks run from the command line: ``autosched bench kernels`` (the workload zoo against its
-peers and the roofline). The Typer sub-app lives in ``autosched.bench.cli``.
+peers and the roofline). The Typer sub-app lives in ``autosched.cli.bench``.
 """

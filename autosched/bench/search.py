@@ -36,13 +36,21 @@ from autosched.costmodel.xgb import DEFAULT_OBJECTIVE
 from autosched.errors import UserError
 from autosched.log import TuningLog
 from autosched.log.costmodels import CostModelStore
-from autosched.measure import LocalMeasurer, Measurer, ReplayMeasurer
+from autosched.measure import LocalMeasurer, Measurer
+from autosched.replay import ReplayMeasurer
+from autosched.search.registry import DEFAULT_STRATEGY, STRATEGY_NAMES
 from autosched.target import target_family
 from autosched.tuner import Progress, TuneOptions, tune
 from autosched.workload import Workload
 
-ARMS = ("cold", "warm", "tpe", "random")
-_STRATEGY = {"cold": "evolutionary", "warm": "evolutionary", "tpe": "tpe", "random": "random"}
+# Cold and warm search run the default strategy from a fresh and from a pretrained cost model; every
+# other strategy of the registry is an arm of its own.
+_STRATEGY = {
+    "cold": DEFAULT_STRATEGY,
+    "warm": DEFAULT_STRATEGY,
+    **{name: name for name in STRATEGY_NAMES if name != DEFAULT_STRATEGY},
+}
+ARMS = tuple(_STRATEGY)
 
 
 @dataclass(frozen=True)
@@ -215,14 +223,10 @@ def _run(
         tempfile.TemporaryDirectory(prefix="autosched-bench-search-") as work,
         TuningLog(f"sqlite:///{Path(work) / 'run.db'}") as log,
     ):
+        cost_model = None
         if arm == "warm" and warm_model is not None:
-            CostModelStore(log).add(
-                family=target_family(target),
-                objective=warm_model.objective,
-                booster=warm_model.booster_bytes(),
-                trained_on=warm_model.trained_on,
-                workloads=0,
-                last_measurement_id=0,
+            cost_model = XGBCostModel.pretrained(
+                warm_model.booster_bytes(), warm_model.objective, seed=seed
             )
         options = TuneOptions(
             trials=trials,
@@ -242,7 +246,7 @@ def _run(
                 )
             )
 
-        report = tune(workload, target, log, measurer, options, on_progress)
+        report = tune(workload, target, log, measurer, options, on_progress, cost_model=cost_model)
     simulated = asdict(measurer.counts) if isinstance(measurer, ReplayMeasurer) else None
     return Run(arm, seed, curve, report.wall_secs, simulated)
 

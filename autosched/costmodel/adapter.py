@@ -1,4 +1,4 @@
-"""The bridge that lets MetaSchedule's evolutionary search consult an `XGBCostModel`.
+"""The bridge that lets MetaSchedule's evolutionary search consult a `CostModel`.
 
 The search asks for predictions of the programs it evolves; our tuning loop reports measurements
 through ``update``. Until the model has seen enough successful measurements it answers with
@@ -14,8 +14,8 @@ from tvm.s_tir.meta_schedule.cost_model import PyCostModel
 from tvm.s_tir.meta_schedule.runner import RunnerResult
 from tvm.s_tir.meta_schedule.search_strategy import MeasureCandidate
 
+from autosched.costmodel.base import CostModel
 from autosched.costmodel.features import candidate_features
-from autosched.costmodel.xgb import XGBCostModel
 
 MIN_TRAINING_SAMPLES = 16
 # A shared model is fine-tuned only from this many measurements of the job's workload: on fewer,
@@ -33,7 +33,7 @@ def median_secs(result: RunnerResult) -> float | None:
 
 @derived_object
 class SearchCostModel(PyCostModel):
-    """Serves one workload's search from a (possibly shared) XGBCostModel.
+    """Serves one workload's search from a (possibly shared) cost model.
 
     Args:
         model: the model to train and consult.
@@ -41,7 +41,7 @@ class SearchCostModel(PyCostModel):
         seed: seeds the random scores given before the model is trained.
     """
 
-    def __init__(self, model: XGBCostModel, group: str, seed: int = 0) -> None:
+    def __init__(self, model: CostModel, group: str, seed: int = 0) -> None:
         super().__init__()
         self.model = model
         self.group = group

@@ -1,4 +1,4 @@
-"""The XGBoost cost model: learns which candidates of a workload run fastest, with save and load.
+"""The XGBoost cost model: learns which candidates of a workload run fastest.
 
 Training data are grouped by workload: a candidate's label is its group's best latency over its
 own latency, 1.0 for the fastest and towards 0 for slow or failed ones, so groups of different
@@ -11,10 +11,8 @@ fitted it predicts with that booster, and fitting adds a few boosting rounds on 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 import xgboost as xgb
@@ -35,10 +33,6 @@ _BOOST_ROUNDS = 120
 # Rounds added to a pretrained booster: enough to learn the workload at hand, few enough that a
 # handful of its measurements do not overwrite what the family's log taught.
 _FINE_TUNE_ROUNDS = 30
-_MODEL_FILE = "model.ubj"
-_BASE_FILE = "base.ubj"
-_DATA_FILE = "data.npz"
-_META_FILE = "meta.json"
 
 
 @dataclass
@@ -48,7 +42,8 @@ class _Group:
 
 
 class XGBCostModel:
-    """A throughput model over pooled per-store features.
+    """A throughput model over pooled per-store features; a `CostModel`. It travels as its
+    booster (`booster_bytes`, `pretrained`), which the log stores as a shared model version.
 
     Thread safety: none; one owner at a time.
     """
@@ -142,45 +137,6 @@ class XGBCostModel:
         if booster is None:
             raise RuntimeError("the cost model has not been fitted yet")
         return booster.predict(xgb.DMatrix(features)).astype(np.float64)
-
-    def save(self, path: Path) -> None:
-        """Write the model, its pretrained booster if any, and its training data into the
-        directory ``path``."""
-        path.mkdir(parents=True, exist_ok=True)
-        if self._booster is not None:
-            self._booster.save_model(path / _MODEL_FILE)
-        if self._base is not None:
-            self._base.save_model(path / _BASE_FILE)
-        arrays: dict[str, np.ndarray] = {}
-        for index, data in enumerate(self._groups.values()):
-            arrays[f"x{index}"] = np.asarray(data.features, dtype=np.float32).reshape(
-                -1, FEATURE_WIDTH
-            )
-            arrays[f"y{index}"] = np.asarray(data.latencies, dtype=np.float64)
-        np.savez_compressed(path / _DATA_FILE, **arrays)
-        meta = {
-            "groups": list(self._groups),
-            "seed": self._seed,
-            "trained_on": self._trained_on,
-            "objective": self.objective,
-        }
-        (path / _META_FILE).write_text(json.dumps(meta))
-
-    @classmethod
-    def load(cls, path: Path) -> XGBCostModel:
-        """Read a model written by `save`."""
-        meta = json.loads((path / _META_FILE).read_text())
-        model = cls(seed=meta["seed"], objective=meta.get("objective", DEFAULT_OBJECTIVE))
-        with np.load(path / _DATA_FILE) as arrays:
-            for index, group in enumerate(meta["groups"]):
-                latencies = arrays[f"y{index}"]
-                model._groups[group] = _Group(list(arrays[f"x{index}"]), latencies.tolist())
-        if (path / _MODEL_FILE).exists():
-            model._booster = xgb.Booster(model_file=str(path / _MODEL_FILE))
-            model._trained_on = meta["trained_on"]
-        if (path / _BASE_FILE).exists():
-            model._base = xgb.Booster(model_file=str(path / _BASE_FILE))
-        return model
 
     def _training_set(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Features, labels and group numbers of every measurement, group after group."""

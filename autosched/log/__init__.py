@@ -1,15 +1,12 @@
-"""The tuning log: a SQL record of workloads, targets, tuning jobs and measured candidates.
+"""The tuning log: a SQL record of workloads, targets, measured candidates, tuning jobs, the
+service's queue, shared cost models and API tokens, in SQLite or PostgreSQL.
 
-``TuningLog`` is the only entry point; the tables (``models``) and migrations are internal.
+``db`` opens and migrates the database; ``store.TuningLog`` holds workloads, targets and
+measurements; ``jobs``, ``leases``, ``costmodels`` and ``tokens`` are stores over the same
+database; ``models`` describes the tables and ``migrations`` creates them.
 """
 
-from autosched.log.store import (
-    JobInfo,
-    JobStatus,
-    TargetInfo,
-    TuningLog,
-    WorkloadInfo,
-    default_db_url,
-)
+from autosched.log.db import default_db_url
+from autosched.log.store import TuningLog
 
-__all__ = ["JobInfo", "JobStatus", "TargetInfo", "TuningLog", "WorkloadInfo", "default_db_url"]
+__all__ = ["TuningLog", "default_db_url"]

@@ -16,7 +16,7 @@ import numpy as np
 from sqlalchemy import func, select, update
 from sqlalchemy.exc import IntegrityError
 
-from autosched.errors import UserError
+from autosched.errors import NotFound, UserError
 from autosched.log.models import (
     Candidate,
     CandidateFeatures,
@@ -26,7 +26,8 @@ from autosched.log.models import (
     TuningJob,
     Workload,
 )
-from autosched.log.store import TuningLog, WorkloadInfo
+from autosched.log.store import TuningLog
+from autosched.records import WorkloadInfo
 from autosched.target import target_family
 
 _VERSION_RETRIES = 5
@@ -216,11 +217,6 @@ class CostModelStore:
                 continue
         raise RuntimeError(f"could not number a new model version of {family}")
 
-    def set_scores(self, model_id: int, scores: dict[str, Any]) -> None:
-        """Attach evaluation scores to a stored version."""
-        with self._log.sessions.begin() as session:
-            session.execute(update(CostModel).where(CostModel.id == model_id).values(scores=scores))
-
     def latest(self, family: str) -> ModelInfo | None:
         """The newest version of the family's model, or None when it has none."""
         query = (
@@ -237,12 +233,12 @@ class CostModelStore:
         """A stored version by id.
 
         Raises:
-            UserError: there is no such model.
+            NotFound: there is no such model.
         """
         with self._log.sessions.begin() as session:
             row = session.get(CostModel, model_id)
             if row is None:
-                raise UserError(f"no cost model {model_id} in the tuning log")
+                raise NotFound(f"no cost model {model_id} in the tuning log")
             return _model_info(row)
 
     def booster(self, model_id: int) -> bytes:
@@ -250,7 +246,7 @@ class CostModelStore:
         with self._log.sessions.begin() as session:
             blob = session.scalar(select(CostModel.booster).where(CostModel.id == model_id))
         if blob is None:
-            raise UserError(f"no cost model {model_id} in the tuning log")
+            raise NotFound(f"no cost model {model_id} in the tuning log")
         return bytes(blob)
 
     def versions(self, family: str | None = None) -> list[ModelInfo]:

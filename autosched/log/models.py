@@ -1,11 +1,13 @@
 """SQLAlchemy models of the tuning log: tables, keys, constraints and indexes.
 
-The Alembic migrations in ``migrations/`` create the schema; queries live in ``store.py``.
+The Alembic migrations in ``migrations/`` create the schema; the stores beside this module
+(``store``, ``jobs``, ``leases``, ``costmodels``, ``tokens``) query it.
 """
 
 from __future__ import annotations
 
 from datetime import datetime, timezone
+from enum import Enum
 from typing import Annotated, Any
 
 from sqlalchemy import (
@@ -21,6 +23,9 @@ from sqlalchemy import (
     Text,
     TypeDecorator,
     UniqueConstraint,
+)
+from sqlalchemy import (
+    Enum as SqlEnum,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -58,6 +63,34 @@ class UtcDateTime(TypeDecorator[datetime]):
         if value.tzinfo is None:
             return value.replace(tzinfo=timezone.utc)
         return value.astimezone(timezone.utc)
+
+
+class CandidateState(str, Enum):
+    """Where a candidate stands in the service's queue (see ``Candidate``)."""
+
+    QUEUED = "queued"
+    LEASED = "leased"
+    MEASURED = "measured"
+    POISONED = "poisoned"
+
+
+class LeaseState(str, Enum):
+    """A lease is active until its worker reports or releases it, or it expires unreported."""
+
+    ACTIVE = "active"
+    REPORTED = "reported"
+    EXPIRED = "expired"
+
+
+def _state_column(enum: type[Enum]) -> SqlEnum:
+    """A state stored as its value in a VARCHAR(16), checked by the table's own constraint."""
+    return SqlEnum(
+        enum,
+        native_enum=False,
+        create_constraint=False,
+        length=16,
+        values_callable=lambda members: [member.value for member in members],
+    )
 
 
 IntPk = Annotated[int, mapped_column(primary_key=True)]
@@ -172,7 +205,9 @@ class Candidate(Base):
     program_hash: Mapped[str] = mapped_column(String(128))
     predicted_score: Mapped[float | None]
     created_at: Mapped[CreatedAt]
-    state: Mapped[str] = mapped_column(String(16), default="measured")
+    state: Mapped[CandidateState] = mapped_column(
+        _state_column(CandidateState), default=CandidateState.MEASURED
+    )
     lease_id: Mapped[int | None] = mapped_column(ForeignKey("leases.id"), index=True)
     queue_position: Mapped[int | None]
     strikes: Mapped[int] = mapped_column(default=0)
@@ -204,7 +239,7 @@ class Lease(Base):
     worker_id: Mapped[int] = mapped_column(ForeignKey("workers.id"), index=True)
     created_at: Mapped[CreatedAt]
     expires_at: Mapped[datetime]
-    state: Mapped[str] = mapped_column(String(16))
+    state: Mapped[LeaseState] = mapped_column(_state_column(LeaseState))
 
 
 class ApiToken(Base):

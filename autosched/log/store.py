@@ -1,46 +1,39 @@
-"""The tuning log: stores workloads, targets, jobs and measured candidates in SQLite or PostgreSQL.
+"""The tuning log: workloads, targets, devices and measured candidates in SQLite or PostgreSQL.
 
-All SQL lives here; the tables are described in ``models.py`` and created by the Alembic migrations.
+``TuningLog`` opens the database (``db``) and stores what tuning measured; the service's job and
+lease stores (``jobs``, ``leases``), the shared cost models (``costmodels``) and the API tokens
+(``tokens``) share its database and sessions. Every measurement, measured here or reported by a
+worker, is stored by ``TuningLog.store_measurements``.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
-import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
-from enum import Enum
 from types import TracebackType
 from typing import Any, TypeVar
 
-from alembic import command
-from alembic.config import Config
 from alembic.util.exc import CommandError
-from sqlalchemy import (
-    Engine,
-    Select,
-    and_,
-    create_engine,
-    event,
-    func,
-    inspect,
-    make_url,
-    select,
-    text,
-    update,
-)
-from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.engine import Connection
-from sqlalchemy.exc import ArgumentError, DBAPIError
+from sqlalchemy import Select, and_, func, select, update
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, sessionmaker
 
-from autosched.errors import UserError
+from autosched.errors import NotFound, UserError
+from autosched.log.db import (
+    INSERTS,
+    Insert,
+    create_log_engine,
+    default_db_url,
+    display,
+    one_line,
+    upgrade_schema,
+)
 from autosched.log.models import (
     BestRecord,
     Candidate,
+    CandidateState,
     Device,
     Measurement,
     Target,
@@ -48,90 +41,27 @@ from autosched.log.models import (
     Workload,
     utcnow,
 )
-from autosched.records import CandidateResult, ErrorKind, RecordView, SummaryRow, WorkloadRef
+from autosched.records import (
+    CandidateResult,
+    ErrorKind,
+    MeasureResult,
+    RecordView,
+    SummaryRow,
+    TargetInfo,
+    WorkloadInfo,
+)
 
 _Keyed = TypeVar("_Keyed", Workload, Target, Device)
 
-_SQLITE_BUSY_TIMEOUT_MS = 30_000
-# Alembic keeps the running migration's context in module globals: one migration per process.
-_MIGRATION_LOCK = threading.Lock()
-# Any constant works; it only has to be the same for every process that migrates a log.
-_PG_MIGRATION_LOCK = 0x6175746F73636864
-# The table holding the log's schema revision. Alembic's default, ``alembic_version``, belongs to
-# Optuna's RDB storage, whose studies live in the same database; logs written before the rename
-# are moved over when opened.
-VERSION_TABLE = "autosched_version"
-_LEGACY_VERSION_TABLE = "alembic_version"
-_LEGACY_REVISIONS = ("0001", "0002")
-
-
-def default_db_url() -> str:
-    """The tuning log's URL: ``$AUTOSCHED_DB``, else ``autosched.db`` in the working directory."""
-    return os.environ.get("AUTOSCHED_DB") or "sqlite:///autosched.db"
-
-
-class JobStatus(str, Enum):
-    """Where a tuning job stands; every status but QUEUED and RUNNING is final.
-
-    QUEUED: submitted to the service, no engine has taken it up yet.
-    """
-
-    QUEUED = "queued"
-    RUNNING = "running"
-    FINISHED = "finished"
-    INTERRUPTED = "interrupted"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
-
-    @property
-    def final(self) -> bool:
-        return self not in (JobStatus.QUEUED, JobStatus.RUNNING)
-
 
 @dataclass(frozen=True)
-class WorkloadInfo:
-    """A workload as stored in the log."""
+class NewMeasurement:
+    """A measurement of a stored candidate, about to be stored."""
 
-    id: int
-    key: str
-    name: str
-    params: dict[str, Any]
-    tvmscript: str
-    flops: float | None
-    source: str | None = None
-
-    @property
-    def ref(self) -> WorkloadRef:
-        """What a measuring process needs to rebuild this workload."""
-        return WorkloadRef(self.name, dict(self.params), self.key, self.source)
-
-
-@dataclass(frozen=True)
-class TargetInfo:
-    """A target as stored in the log."""
-
-    id: int
-    key: str
-    kind: str
-    target_json: dict[str, Any]
-
-
-@dataclass(frozen=True)
-class JobInfo:
-    """A tuning job with the number of measurements recorded for it so far."""
-
-    id: int
-    workload_id: int
-    target_id: int
-    trials: int
-    batch_size: int
-    strategy: str
-    seed: int | None
-    status: JobStatus
-    started_at: datetime | None
-    finished_at: datetime | None
-    measured: int
-    failed: int
+    candidate_id: int
+    result: MeasureResult
+    verified: bool
+    device_id: int | None
 
 
 class TuningLog:
@@ -163,17 +93,17 @@ class TuningLog:
 
     def __init__(self, url: str | None = None) -> None:
         self._url = default_db_url() if url is None else url
-        self._engine = _create_engine(self._url)
+        self._engine = create_log_engine(self._url)
         try:
-            _upgrade_schema(self._engine)
+            upgrade_schema(self._engine)
         except (DBAPIError, CommandError) as exc:
             self._engine.dispose()
             reason = str(exc.orig) if isinstance(exc, DBAPIError) else str(exc)
             raise UserError(
-                f"cannot open tuning log {_display(self._url)}: {_one_line(reason)}"
+                f"cannot open tuning log {display(self._url)}: {one_line(reason)}"
             ) from exc
         self._sessions = sessionmaker(self._engine, expire_on_commit=False)
-        self._insert = _INSERTS[self._engine.dialect.name]
+        self._insert = INSERTS[self._engine.dialect.name]
 
     @property
     def url(self) -> str:
@@ -188,11 +118,11 @@ class TuningLog:
 
     @property
     def sessions(self) -> sessionmaker[Session]:
-        """Sessions on the log's database, for stores that share it (``autosched.log.queue``)."""
+        """Sessions on the log's database, for the stores that share it."""
         return self._sessions
 
     @property
-    def insert(self) -> Callable[[Any], Any]:
+    def insert(self) -> Insert:
         """The dialect's INSERT construct, which offers ``on_conflict_do_nothing``/``_update``."""
         return self._insert
 
@@ -291,93 +221,13 @@ class TuningLog:
             row = session.scalar(select(Target).where(Target.key == key))
             return None if row is None else _target_info(row)
 
-    def start_job(
-        self,
-        *,
-        workload_id: int,
-        target_id: int,
-        trials: int,
-        batch_size: int,
-        strategy: str,
-        seed: int | None,
-        cost_model_id: int | None = None,
-    ) -> int:
-        """Record a tuning job that starts now, with status RUNNING.
-
-        Args:
-            workload_id: The workload to tune (from ``ensure_workload``).
-            target_id: The target to tune for (from ``ensure_target``).
-            trials: The budget: how many candidates to measure (>= 0).
-            batch_size: How many candidates are measured per batch (>= 1).
-            strategy: The name of the search strategy.
-            seed: The random seed, if the run is meant to be reproducible.
-            cost_model_id: The shared cost model version its search starts from, if any.
-
-        Returns:
-            The job id.
-
-        Raises:
-            sqlalchemy.exc.IntegrityError: If the workload or target does not exist, or ``trials``
-                or ``batch_size`` is out of range.
-        """
-        now = utcnow()
-        job = TuningJob(
-            workload_id=workload_id,
-            target_id=target_id,
-            trials=trials,
-            batch_size=batch_size,
-            strategy=strategy,
-            seed=seed,
-            status=JobStatus.RUNNING.value,
-            created_at=now,
-            started_at=now,
-            cost_model_id=cost_model_id,
-        )
-        with self._sessions.begin() as session:
-            session.add(job)
-            session.flush()
-            return job.id
-
-    def end_job(self, job_id: int, status: JobStatus) -> None:
-        """Mark a job as ended now, with a final status.
-
-        Args:
-            job_id: The job.
-            status: A final status.
-
-        Raises:
-            ValueError: If ``status`` is not final.
-            UserError: If there is no job ``job_id``.
-        """
-        if not status.final:
-            raise ValueError(f"end_job needs a final status, not {status.name}")
-        with self._sessions.begin() as session:
-            ended = session.execute(
-                update(TuningJob)
-                .where(TuningJob.id == job_id)
-                .values(status=status.value, finished_at=utcnow())
-            )
-            if ended.rowcount == 0:
-                raise UserError(f"no tuning job with id {job_id}")
-
-    def measured_hashes(self, workload_id: int, target_id: int) -> set[str]:
-        """Return the program hashes already measured for a workload and target, by any job."""
-        with self._sessions.begin() as session:
-            hashes = session.scalars(
-                select(Candidate.program_hash).where(
-                    Candidate.workload_id == workload_id, Candidate.target_id == target_id
-                )
-            )
-            return set(hashes)
-
     def record_batch(self, job_id: int, results: Sequence[CandidateResult]) -> int:
-        """Store a batch of measured candidates of a job, and update the best record.
+        """Store a batch of candidates a job measured, and update the best record.
 
         The whole batch is one transaction: either all of it is stored or, if anything fails,
         none of it. A result whose program hash is already stored for the job's workload and target
         (by this job, another job, or earlier in the same batch) is skipped, so recording the same
-        batch twice changes nothing. Afterwards, if the fastest verified, error-free result among
-        the stored ones is strictly faster than the current best record, it becomes the best.
+        batch twice changes nothing.
 
         Args:
             job_id: The job that measured the batch; its candidates get the job's workload and
@@ -388,16 +238,16 @@ class TuningLog:
             The number of new measurements stored.
 
         Raises:
-            UserError: If there is no job ``job_id``.
+            NotFound: If there is no job ``job_id``.
             sqlalchemy.exc.IntegrityError: If a result breaks a constraint of the log, e.g. it names
                 an unknown device or has a negative timing. Nothing of the batch is stored.
         """
         with self._sessions.begin() as session:
             job = session.get(TuningJob, job_id)
             if job is None:
-                raise UserError(f"no tuning job with id {job_id}")
-            fastest: tuple[float, int] | None = None
-            stored = 0
+                raise NotFound(f"no tuning job with id {job_id}")
+            subject = (job.workload_id, job.target_id)
+            measurements: list[NewMeasurement] = []
             for item in results:
                 candidate_id = session.scalar(
                     self._insert(Candidate)
@@ -409,41 +259,79 @@ class TuningLog:
                         program_hash=item.program_hash,
                         predicted_score=item.predicted_score,
                         created_at=utcnow(),
+                        state=CandidateState.MEASURED,
                     )
                     .on_conflict_do_nothing(
                         index_elements=["workload_id", "target_id", "program_hash"]
                     )
                     .returning(Candidate.id)
                 )
-                if candidate_id is None:
-                    continue
-                result = item.result
-                median = result.median
-                session.add(
-                    Measurement(
-                        candidate_id=candidate_id,
-                        device_id=item.device_id,
-                        samples=list(result.samples),
-                        median_secs=median,
-                        error_kind=None if result.error_kind is None else result.error_kind.value,
-                        error_msg=result.error_msg,
-                        verified=item.verified,
-                        build_secs=result.build_secs,
-                        started_at=result.started_at,
-                        finished_at=result.finished_at,
+                if candidate_id is not None:
+                    measurements.append(
+                        NewMeasurement(candidate_id, item.result, item.verified, item.device_id)
                     )
-                )
-                stored += 1
-                if (
-                    item.verified
-                    and median is not None
-                    and (fastest is None or median < fastest[0])
-                ):
-                    fastest = (median, candidate_id)
-            session.flush()
-            if fastest is not None:
-                self.offer_best(session, job.workload_id, job.target_id, *fastest)
-            return stored
+            stored = self.store_measurements(
+                session, measurements, {m.candidate_id: subject for m in measurements}
+            )
+            return len(stored)
+
+    def store_measurements(
+        self,
+        session: Session,
+        measurements: Sequence[NewMeasurement],
+        subjects: Mapping[int, tuple[int, int]],
+    ) -> set[int]:
+        """Store measurements of candidates in ``session``; returns the candidate ids stored.
+
+        A candidate that already has a measurement keeps it (the new one is dropped), and each
+        stored candidate becomes ``measured``. The fastest verified, error-free measurement of each
+        workload and target (``subjects`` maps a candidate id to its workload and target ids) is
+        offered as their best record.
+        """
+        if not measurements:
+            return set()
+        rows = [
+            {
+                "candidate_id": item.candidate_id,
+                "device_id": item.device_id,
+                "samples": list(item.result.samples),
+                "median_secs": item.result.median,
+                "error_kind": None
+                if item.result.error_kind is None
+                else item.result.error_kind.value,
+                "error_msg": item.result.error_msg,
+                "verified": item.verified,
+                "build_secs": item.result.build_secs,
+                "started_at": item.result.started_at,
+                "finished_at": item.result.finished_at or utcnow(),
+            }
+            for item in measurements
+        ]
+        stored = set(
+            session.scalars(
+                self._insert(Measurement)
+                .values(rows)
+                .on_conflict_do_nothing(index_elements=["candidate_id"])
+                .returning(Measurement.candidate_id)
+            )
+        )
+        session.execute(
+            update(Candidate)
+            .where(Candidate.id.in_(stored))
+            .values(state=CandidateState.MEASURED, lease_id=None)
+            .execution_options(synchronize_session=False)
+        )
+        fastest: dict[tuple[int, int], tuple[float, int]] = {}
+        for item in measurements:
+            median = item.result.median
+            if item.candidate_id not in stored or not item.verified or median is None:
+                continue
+            subject = subjects[item.candidate_id]
+            if subject not in fastest or median < fastest[subject][0]:
+                fastest[subject] = (median, item.candidate_id)
+        for (workload_id, target_id), (median, candidate_id) in fastest.items():
+            self._offer_best(session, workload_id, target_id, median, candidate_id)
+        return stored
 
     def best(self, workload_id: int, target_id: int) -> RecordView | None:
         """Return the best record of a workload and target, or ``None`` if there is none yet."""
@@ -548,37 +436,6 @@ class TuningLog:
                 for workload, target, best, trials, failed in session.execute(query)
             ]
 
-    def job(self, job_id: int) -> JobInfo:
-        """Return a tuning job with its measurement counts.
-
-        Raises:
-            UserError: If there is no job ``job_id``.
-        """
-        counts = (
-            select(func.count(Measurement.id), func.count(Measurement.error_kind))
-            .join(Candidate, Candidate.id == Measurement.candidate_id)
-            .where(Candidate.job_id == job_id)
-        )
-        with self._sessions.begin() as session:
-            job = session.get(TuningJob, job_id)
-            if job is None:
-                raise UserError(f"no tuning job with id {job_id}")
-            measured, failed = session.execute(counts).one()
-            return JobInfo(
-                id=job.id,
-                workload_id=job.workload_id,
-                target_id=job.target_id,
-                trials=job.trials,
-                batch_size=job.batch_size,
-                strategy=job.strategy,
-                seed=job.seed,
-                status=JobStatus(job.status),
-                started_at=job.started_at,
-                finished_at=job.finished_at,
-                measured=measured,
-                failed=failed,
-            )
-
     def _get_or_insert(
         self, session: Session, model: type[_Keyed], values: dict[str, Any]
     ) -> _Keyed:
@@ -600,13 +457,10 @@ class TuningLog:
         assert row is not None, f"no workload {workload_id}"
         return _workload_info(row)
 
-    def offer_best(
+    def _offer_best(
         self, session: Session, workload_id: int, target_id: int, median: float, candidate_id: int
     ) -> None:
-        """Make the candidate the best record unless the current one is at least as fast.
-
-        For stores that share this log's database (``autosched.log.queue``): runs in ``session``.
-        """
+        """Make the candidate the best record unless the current one is at least as fast."""
         insert = self._insert(BestRecord).values(
             workload_id=workload_id,
             target_id=target_id,
@@ -625,116 +479,6 @@ class TuningLog:
                 where=BestRecord.median_secs > insert.excluded.median_secs,
             )
         )
-
-
-_INSERTS: dict[str, Callable[[Any], Any]] = {
-    "postgresql": postgresql.insert,
-    "sqlite": sqlite.insert,
-}
-
-
-def _create_engine(url: str) -> Engine:
-    """Create the engine for ``url``; SQLite connections get WAL, foreign keys, a busy timeout."""
-    try:
-        parsed = make_url(url)
-        if parsed.drivername == "postgresql":
-            parsed = parsed.set(drivername="postgresql+psycopg")
-        if parsed.get_backend_name() not in _INSERTS:
-            raise UserError(
-                f"unsupported tuning log database {parsed.get_backend_name()!r} in {_display(url)};"
-                " use sqlite:///PATH or postgresql+psycopg://USER@HOST/DB"
-            )
-        engine = create_engine(parsed, pool_pre_ping=True)
-    except ArgumentError as exc:  # also raised for an unknown driver (NoSuchModuleError)
-        raise UserError(f"bad tuning log URL {_display(url)}: {_one_line(str(exc))}") from exc
-    if engine.dialect.name == "sqlite":
-        event.listen(engine, "connect", _configure_sqlite)
-        event.listen(engine, "begin", _begin_immediate)
-    return engine
-
-
-def _configure_sqlite(dbapi_connection: Any, _record: object) -> None:
-    # SQLAlchemy's documented recipe: the sqlite3 module must not issue BEGIN on its own (lazily,
-    # DEFERRED, not before DDL); the "begin" event below does it instead.
-    dbapi_connection.isolation_level = None
-    cursor = dbapi_connection.cursor()
-    cursor.execute(f"PRAGMA busy_timeout = {_SQLITE_BUSY_TIMEOUT_MS}")
-    cursor.execute("PRAGMA journal_mode = WAL")
-    cursor.execute("PRAGMA foreign_keys = ON")
-    cursor.close()
-
-
-def _begin_immediate(connection: Connection) -> None:
-    # IMMEDIATE takes the write lock up front, so a transaction that reads and then writes never
-    # fails with SQLITE_BUSY half-way; with WAL, readers in other connections are not blocked.
-    connection.exec_driver_sql("BEGIN IMMEDIATE")
-
-
-def _upgrade_schema(engine: Engine) -> None:
-    """Run the Alembic migrations up to head, in one transaction."""
-    config = Config()
-    config.set_main_option("script_location", "autosched.log:migrations")
-    with _MIGRATION_LOCK, engine.connect() as connection:
-        sqlite_connection = (
-            connection.connection.driver_connection if engine.dialect.name == "sqlite" else None
-        )
-        if sqlite_connection is not None:
-            # SQLite alters a table by copying it; foreign keys must be off while it does, and
-            # only outside a transaction can they be turned off (SQLite's ALTER TABLE recipe).
-            sqlite_connection.execute("PRAGMA foreign_keys = OFF")
-        try:
-            with connection.begin():
-                if connection.dialect.name == "postgresql":
-                    # Processes opening a fresh database at once would both create the tables.
-                    connection.execute(
-                        text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_MIGRATION_LOCK}
-                    )
-                _adopt_legacy_version_table(connection)
-                config.attributes["connection"] = connection
-                config.attributes["version_table"] = VERSION_TABLE
-                command.upgrade(config, "head")
-                if sqlite_connection is not None:
-                    violations = connection.exec_driver_sql("PRAGMA foreign_key_check").all()
-                    if violations:
-                        raise CommandError(f"foreign keys broken by the migration: {violations}")
-        finally:
-            if sqlite_connection is not None:
-                sqlite_connection.execute("PRAGMA foreign_keys = ON")
-
-
-def _adopt_legacy_version_table(connection: Connection) -> None:
-    """Move a log's revision out of ``alembic_version`` (where logs kept it before Optuna's studies
-    joined them) into VERSION_TABLE."""
-    tables = set(inspect(connection).get_table_names())
-    if _LEGACY_VERSION_TABLE not in tables or VERSION_TABLE in tables:
-        return
-    legacy = text(f"SELECT version_num FROM {_LEGACY_VERSION_TABLE}")
-    revisions = [row[0] for row in connection.execute(legacy)]
-    if len(revisions) != 1 or revisions[0] not in _LEGACY_REVISIONS:
-        return  # Optuna's own revision: not ours to move
-    connection.execute(
-        text(
-            f"CREATE TABLE {VERSION_TABLE} (version_num VARCHAR(32) NOT NULL, "
-            f"CONSTRAINT {VERSION_TABLE}_pkc PRIMARY KEY (version_num))"
-        )
-    )
-    connection.execute(
-        text(f"INSERT INTO {VERSION_TABLE} (version_num) VALUES (:revision)"),
-        {"revision": revisions[0]},
-    )
-    connection.execute(text(f"DROP TABLE {_LEGACY_VERSION_TABLE}"))
-
-
-def _display(url: str) -> str:
-    """The URL with any password masked, for messages."""
-    try:
-        return make_url(url).render_as_string(hide_password=True)
-    except ArgumentError:
-        return repr(url)
-
-
-def _one_line(message: str) -> str:
-    return " ".join(message.split()) or "unknown error"
 
 
 def _workload_info(row: Workload) -> WorkloadInfo:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from autosched.log.store import TargetInfo, TuningLog, WorkloadInfo
+from autosched.log.store import TuningLog
+from autosched.records import TargetInfo, WorkloadInfo
 from autosched.target import canonical_target, target_key, target_kind
 from autosched.workload import Workload
 

@@ -27,6 +27,11 @@ from autosched.target import target_key
 from autosched.workload import Workload
 
 
+def study_name(workload: Workload, target: dict) -> str:
+    """The Optuna study of a workload and target: every TPE job on them continues it."""
+    return f"autosched:{workload.name}:{workload.key[:12]}:{target_key(target)[:12]}"
+
+
 @dataclass
 class _Candidate:
     """A program sampled in this batch and the trials that sampled it."""

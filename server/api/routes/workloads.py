@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from itertools import groupby
 
+from autosched.server.api.deps import ClientAuth, LeasesDep, LogDep, TargetQuery
+from autosched.server.api.resolve import best_schedule, stored_workload, tuned_target
 from fastapi import APIRouter
 
-from server.deps import ClientAuth, LogDep, QueueDep, TargetQuery
-from server.resolve import best_schedule, stored_workload, tuned_target
-from server.schemas import BestPublic, WorkloadsPublic, WorkloadSummaryPublic
+from autosched.protocol import BestPublic, WorkloadsPublic, WorkloadSummaryPublic
 
 router = APIRouter(prefix="/workloads", tags=["workloads"], dependencies=[ClientAuth])
 
@@ -25,7 +25,7 @@ def list_workloads(log: LogDep) -> WorkloadsPublic:
 
 
 @router.get("/{key}/best")
-def get_workload_best(key: str, target: TargetQuery, log: LogDep, queue: QueueDep) -> BestPublic:
+def get_workload_best(key: str, target: TargetQuery, log: LogDep, leases: LeasesDep) -> BestPublic:
     """The best verified schedule of a workload on a target, as TVMScript and trace."""
     workload = stored_workload(log, key)
-    return best_schedule(log, workload, tuned_target(log, queue, workload, target))
+    return best_schedule(log, workload, tuned_target(log, leases, workload, target))

@@ -1,12 +1,15 @@
-"""The REST API's request and response bodies (pydantic), and their conversions to store records.
+"""The wire protocol of the tuning service, shared by the server, the HTTP client and the workers.
 
-Shared by the server and the HTTP client (``autosched.client``), so both sides speak one format.
-Nothing here imports FastAPI or TVM.
+The worker protocol's messages (``Lease``, ``LeasedCandidate``, ``ReportedResult``,
+``ReportOutcome``) are plain data, the same in-process and over HTTP; the REST API's request and
+response bodies are pydantic models with conversions to and from those records. Nothing here
+imports TVM, SQL or FastAPI, so a worker or a client loads only this, the records and pydantic.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
@@ -20,9 +23,65 @@ from pydantic import (
     model_validator,
 )
 
-from autosched.log import JobStatus, TargetInfo, WorkloadInfo
-from autosched.log.queue import JobProgress, Lease, LeasedCandidate, ReportedResult, ReportOutcome
-from autosched.records import ErrorKind, MeasureResult, RecordView, SummaryRow, WorkloadRef
+from autosched.records import (
+    ErrorKind,
+    JobProgress,
+    JobStatus,
+    MeasureResult,
+    RecordView,
+    SummaryRow,
+    TargetInfo,
+    WorkloadInfo,
+    WorkloadRef,
+)
+from autosched.search.registry import DEFAULT_STRATEGY, STRATEGY_NAMES
+
+# The worker protocol.
+
+
+@dataclass(frozen=True)
+class LeasedCandidate:
+    """A candidate handed to a worker, which verifies results faster than ``best_latency_secs``."""
+
+    candidate_id: int
+    job_id: int
+    workload: WorkloadRef
+    target: dict
+    trace_json: str
+    best_latency_secs: float | None
+
+
+@dataclass(frozen=True)
+class Lease:
+    """Candidates held by worker ``worker_id`` until ``expires_at``; heartbeats extend it."""
+
+    id: int
+    worker_id: int
+    expires_at: datetime
+    candidates: list[LeasedCandidate]
+
+
+@dataclass(frozen=True)
+class ReportedResult:
+    """A worker's measurement of a leased candidate; ``verified`` if checked against the
+    reference."""
+
+    candidate_id: int
+    result: MeasureResult
+    verified: bool
+
+
+@dataclass(frozen=True)
+class ReportOutcome:
+    """What became of a report: stored, ignored (measured already), requeued or poisoned."""
+
+    stored: int
+    ignored: int
+    requeued: int
+    poisoned: int
+
+
+# The REST API's bodies.
 
 MAX_ID = 2**31 - 1  # ids and seeds are 32-bit integers in the database
 MAX_TRIALS = 100_000
@@ -31,7 +90,7 @@ MAX_LEASE = 1024
 MAX_PAGE = 1000
 Id = Annotated[int, Field(ge=1, le=MAX_ID)]
 Seconds = Annotated[float, Field(ge=0, allow_inf_nan=False)]
-Strategy = Literal["evolutionary", "tpe", "random"]
+Strategy = Literal[STRATEGY_NAMES]  # type: ignore[valid-type]  # the registry's names
 
 
 def problem_line(problems: Sequence[Mapping[str, Any]], *, skip: int = 0) -> str:
@@ -84,7 +143,7 @@ class JobCreate(_Request):
     target: Annotated[str, Field(min_length=1, max_length=4096)] | dict[str, Any] = "llvm"
     trials: int = Field(64, ge=1, le=MAX_TRIALS)
     batch_size: int = Field(64, ge=1, le=MAX_BATCH)
-    strategy: Strategy = "evolutionary"
+    strategy: Strategy = DEFAULT_STRATEGY
     seed: int | None = Field(None, ge=0, le=MAX_ID)
 
 

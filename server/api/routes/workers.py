@@ -6,14 +6,10 @@ one after a server restart or a lost lease registers again.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+from autosched.server.api.deps import LeasesDep, PathId, SettingsDep, WorkerAuth
+from fastapi import APIRouter, Response, status
 
-from fastapi import APIRouter, HTTPException, Response, status
-
-from autosched.errors import UserError
-from server.deps import PathId, QueueDep, SettingsDep, WorkerAuth
-from server.schemas import (
+from autosched.protocol import (
     LeasePublic,
     LeaseRequest,
     ReleasePublic,
@@ -27,19 +23,20 @@ router = APIRouter(prefix="/workers", tags=["workers"], dependencies=[WorkerAuth
 
 
 @router.post("", status_code=status.HTTP_201_CREATED)
-def register_worker(worker: WorkerRegister, queue: QueueDep, settings: SettingsDep) -> WorkerPublic:
+def register_worker(
+    worker: WorkerRegister, leases: LeasesDep, settings: SettingsDep
+) -> WorkerPublic:
     """Register a worker daemon with the exact target it measures and its device fingerprint."""
-    worker_id = queue.register_worker(
+    worker_id = leases.register_worker(
         name=worker.name, target=worker.target, fingerprint=worker.fingerprint
     )
     return WorkerPublic(id=worker_id, lease_secs=settings.lease_secs)
 
 
 @router.post("/{worker_id}/heartbeat", status_code=status.HTTP_204_NO_CONTENT)
-def heartbeat(worker_id: PathId, queue: QueueDep) -> None:
+def heartbeat(worker_id: PathId, leases: LeasesDep) -> None:
     """Note the worker alive and extend its leases."""
-    with _not_found():
-        queue.heartbeat(worker_id)
+    leases.heartbeat(worker_id)
 
 
 @router.post(
@@ -47,10 +44,9 @@ def heartbeat(worker_id: PathId, queue: QueueDep) -> None:
     response_model=LeasePublic,
     responses={status.HTTP_204_NO_CONTENT: {"description": "Nothing is queued for the target."}},
 )
-def lease(worker_id: PathId, request: LeaseRequest, queue: QueueDep) -> LeasePublic | Response:
+def lease(worker_id: PathId, request: LeaseRequest, leases: LeasesDep) -> LeasePublic | Response:
     """Lease up to ``n`` queued candidates of the worker's target."""
-    with _not_found():
-        leased = queue.lease(worker_id, request.n)
+    leased = leases.lease(worker_id, request.n)
     if leased is None:
         return Response(status_code=status.HTTP_204_NO_CONTENT)
     return LeasePublic.of(leased)
@@ -58,25 +54,14 @@ def lease(worker_id: PathId, request: LeaseRequest, queue: QueueDep) -> LeasePub
 
 @router.post("/{worker_id}/leases/{lease_id}/report")
 def report(
-    worker_id: PathId, lease_id: PathId, request: ReportRequest, queue: QueueDep
+    worker_id: PathId, lease_id: PathId, request: ReportRequest, leases: LeasesDep
 ) -> ReportOutcomePublic:
     """Store the results of a lease's candidates; reporting the same results again is harmless."""
     results = [result.to_reported() for result in request.results]
-    with _not_found():
-        return ReportOutcomePublic.of(queue.report(worker_id, lease_id, results))
+    return ReportOutcomePublic.of(leases.report(worker_id, lease_id, results))
 
 
 @router.post("/{worker_id}/leases/{lease_id}/release")
-def release(worker_id: PathId, lease_id: PathId, queue: QueueDep) -> ReleasePublic:
+def release(worker_id: PathId, lease_id: PathId, leases: LeasesDep) -> ReleasePublic:
     """Give the lease's unmeasured candidates back to the queue."""
-    with _not_found():
-        return ReleasePublic(released=queue.release(worker_id, lease_id))
-
-
-@contextmanager
-def _not_found() -> Iterator[None]:
-    """The queue's UserErrors for these routes name a worker or lease it does not know."""
-    try:
-        yield
-    except UserError as error:
-        raise HTTPException(status.HTTP_404_NOT_FOUND, str(error)) from None
+    return ReleasePublic(released=leases.release(worker_id, lease_id))

@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 
-from autosched.cli_options import DbOpt, JsonOpt, open_log
+from autosched.cli.options import DbOpt, JsonOpt, open_log
 
 if TYPE_CHECKING:
     from autosched.log import TuningLog

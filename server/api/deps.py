@@ -10,14 +10,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated
 
+from autosched.server.settings import Settings
 from fastapi import Depends, HTTPException, Path, Query, Request, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from autosched.log import TuningLog
-from autosched.log.queue import WorkQueue
+from autosched.log.jobs import JobStore
+from autosched.log.leases import LeaseQueue
 from autosched.log.tokens import Role, TokenStore
-from server.schemas import MAX_ID
-from server.settings import Settings
+from autosched.protocol import MAX_ID
 
 
 @dataclass(frozen=True)
@@ -26,7 +27,8 @@ class Stores:
 
     settings: Settings
     log: TuningLog
-    queue: WorkQueue
+    jobs: JobStore
+    leases: LeaseQueue
     tokens: TokenStore
 
 
@@ -42,13 +44,18 @@ def get_log(request: Request) -> TuningLog:
     return get_stores(request).log
 
 
-def get_queue(request: Request) -> WorkQueue:
-    return get_stores(request).queue
+def get_jobs(request: Request) -> JobStore:
+    return get_stores(request).jobs
+
+
+def get_leases(request: Request) -> LeaseQueue:
+    return get_stores(request).leases
 
 
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 LogDep = Annotated[TuningLog, Depends(get_log)]
-QueueDep = Annotated[WorkQueue, Depends(get_queue)]
+JobsDep = Annotated[JobStore, Depends(get_jobs)]
+LeasesDep = Annotated[LeaseQueue, Depends(get_leases)]
 # Ids in paths are 32-bit in the database; a larger number is bad input, not a server error.
 PathId = Annotated[int, Path(ge=1, le=MAX_ID)]
 TargetQuery = Annotated[

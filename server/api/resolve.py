@@ -1,7 +1,8 @@
 """What API requests name, made concrete: workloads to build, targets to tune for or look up, and
 the best schedule of a workload on a target.
 
-Bad input raises UserError (a 422); what the log lacks raises 404, and an ambiguous name 409.
+Bad input raises UserError (a 422); what the log lacks raises NotFound (404), and a name that
+means several things, or none that live workers run, Conflict (409).
 """
 
 from __future__ import annotations
@@ -10,21 +11,15 @@ import json
 import re
 from typing import Any
 
-from fastapi import HTTPException, status
-
+from autosched.errors import Conflict, NotFound
 from autosched.export import replay
-from autosched.log import TargetInfo, TuningLog, WorkloadInfo
-from autosched.log.queue import WorkQueue
+from autosched.log import TuningLog
+from autosched.log.leases import LeaseQueue
+from autosched.protocol import BestPublic, RecordPublic, TargetPublic, WorkloadIn, WorkloadPublic
+from autosched.records import TargetInfo, WorkloadInfo
 from autosched.target import parse_target, target_key, to_tvm_target
 from autosched.workload import Workload, resolve_workload, workload_from_tvmscript
 from autosched.workloads import get_workload
-from server.schemas import (
-    BestPublic,
-    RecordPublic,
-    TargetPublic,
-    WorkloadIn,
-    WorkloadPublic,
-)
 
 _TARGET_KEY = re.compile(r"[0-9a-f]{32}")
 
@@ -41,45 +36,44 @@ def build_workload(spec: WorkloadIn) -> Workload:
     return get_workload(spec.name, spec.params)
 
 
-def job_target(queue: WorkQueue, target: str | dict[str, Any]) -> dict[str, Any]:
+def job_target(leases: LeaseQueue, target: str | dict[str, Any]) -> dict[str, Any]:
     """The exact target a job is tuned for: a full target as given, or that of a kind's workers.
 
     Raises:
         UserError: an unknown kind, or a target TVM refuses.
-        HTTPException: 409 when no live worker of the kind runs, or its workers run several
-            different targets.
+        Conflict: no live worker of the kind runs, or its workers run several different targets.
     """
     if isinstance(target, dict):
         return parse_target(json.dumps(target))
     if target.lstrip().startswith("{"):
         return parse_target(target)
     kind = _kind(target)
-    live = queue.worker_targets(kind)
+    live = leases.worker_targets(kind)
     if not live:
-        raise HTTPException(
-            status.HTTP_409_CONFLICT,
+        raise Conflict(
             f"no live {kind} worker to take the exact target from; start one, "
-            "or give the full target JSON",
+            "or give the full target JSON"
         )
     if len(live) > 1:
         names = ", ".join(_describe(t) for t in live)
-        raise HTTPException(
-            status.HTTP_409_CONFLICT,
+        raise Conflict(
             f"live {kind} workers run {len(live)} different targets ({names}); "
-            "give the full target JSON of one",
+            "give the full target JSON of one"
         )
     return live[0]
 
 
 def stored_workload(log: TuningLog, key: str) -> WorkloadInfo:
-    """The workload stored under ``key``; 404 if there is none."""
+    """The workload stored under ``key``; NotFound if there is none."""
     workload = log.find_workload(key)
     if workload is None:
-        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no workload {key} in the tuning log")
+        raise NotFound(f"no workload {key} in the tuning log")
     return workload
 
 
-def tuned_target(log: TuningLog, queue: WorkQueue, workload: WorkloadInfo, text: str) -> TargetInfo:
+def tuned_target(
+    log: TuningLog, leases: LeaseQueue, workload: WorkloadInfo, text: str
+) -> TargetInfo:
     """The stored target that ``text`` names for ``workload``: a target key, target JSON, or a kind.
 
     A kind names the target of that kind the workload was tuned for; if there are several, the
@@ -87,7 +81,7 @@ def tuned_target(log: TuningLog, queue: WorkQueue, workload: WorkloadInfo, text:
 
     Raises:
         UserError: malformed target JSON, or an unknown kind.
-        HTTPException: 404 when no such target is stored, 409 when a kind names several.
+        NotFound: no such target is stored. Conflict: a kind names several.
     """
     text = text.strip()
     if text.startswith("{"):
@@ -102,33 +96,27 @@ def tuned_target(log: TuningLog, queue: WorkQueue, workload: WorkloadInfo, text:
             if row.workload_key == workload.key and row.target_json.get("kind") == kind
         ]
         if len(tuned) > 1:
-            live = {target_key(t) for t in queue.worker_targets(kind)}
+            live = {target_key(t) for t in leases.worker_targets(kind)}
             tuned = [k for k in tuned if k in live] or tuned
         if not tuned:
-            raise HTTPException(
-                status.HTTP_404_NOT_FOUND, f"{workload.name} was not tuned for any {kind} target"
-            )
+            raise NotFound(f"{workload.name} was not tuned for any {kind} target")
         if len(tuned) > 1:
-            raise HTTPException(
-                status.HTTP_409_CONFLICT,
+            raise Conflict(
                 f"{workload.name} was tuned for {len(tuned)} {kind} targets; "
-                f"name one by its key: {', '.join(tuned)}",
+                f"name one by its key: {', '.join(tuned)}"
             )
         key = tuned[0]
     target = log.find_target(key)
     if target is None:
-        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no target {key} in the tuning log")
+        raise NotFound(f"no target {key} in the tuning log")
     return target
 
 
 def best_schedule(log: TuningLog, workload: WorkloadInfo, target: TargetInfo) -> BestPublic:
-    """The best verified schedule of ``workload`` on ``target``, replayed; 404 if none yet."""
+    """The best verified schedule of ``workload`` on ``target``, replayed; NotFound if none yet."""
     record = log.best(workload.id, target.id)
     if record is None:
-        raise HTTPException(
-            status.HTTP_404_NOT_FOUND,
-            f"no verified schedule of {workload.name} for target {target.key} yet",
-        )
+        raise NotFound(f"no verified schedule of {workload.name} for target {target.key} yet")
     best = replay(resolve_workload(workload.ref), target.target_json, record)
     return BestPublic(
         workload=WorkloadPublic.of(workload),

@@ -5,12 +5,12 @@ Neither reveals more than counts.
 
 from __future__ import annotations
 
+from autosched.server.api.deps import LeasesDep
 from fastapi import APIRouter
 from fastapi.responses import PlainTextResponse
 
-from autosched.log.queue import QueueMetrics
-from server.deps import QueueDep
-from server.schemas import HealthPublic
+from autosched.log.leases import QueueMetrics
+from autosched.protocol import HealthPublic
 
 router = APIRouter(tags=["health"])
 
@@ -24,9 +24,9 @@ def healthz() -> HealthPublic:
 
 
 @router.get("/metrics", response_class=PlainTextResponse)
-def metrics(queue: QueueDep) -> PlainTextResponse:
+def metrics(leases: LeasesDep) -> PlainTextResponse:
     """Queue depth, leases, live workers, results per second and jobs by status."""
-    return PlainTextResponse(prometheus_text(queue.metrics()), media_type=PROMETHEUS_TEXT)
+    return PlainTextResponse(prometheus_text(leases.metrics()), media_type=PROMETHEUS_TEXT)
 
 
 def prometheus_text(metrics: QueueMetrics) -> str:

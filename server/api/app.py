@@ -1,5 +1,7 @@
 """The FastAPI application of the tuning service: routes under /api/v1, errors as one line.
 
+Domain errors (``autosched.errors``) become HTTP answers here and only here.
+
 The app opens the tuning log when it starts and closes it when it stops; background services (the
 search engine, a local worker) start and stop with it. `autosched serve` runs it with uvicorn.
 """
@@ -10,19 +12,20 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Protocol
 
+from autosched.server.api.deps import Stores
+from autosched.server.api.routes import health, jobs, records, workers, workloads
+from autosched.server.settings import Settings
 from fastapi import FastAPI, Request, status
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 from autosched import __version__
-from autosched.errors import UserError
+from autosched.errors import Conflict, NotFound, UserError
 from autosched.log import TuningLog
-from autosched.log.queue import WorkQueue
+from autosched.log.jobs import JobStore
+from autosched.log.leases import LeaseQueue
 from autosched.log.tokens import TokenStore
-from server.deps import Stores
-from server.routes import health, jobs, records, workers, workloads
-from server.schemas import problem_line
-from server.settings import Settings
+from autosched.protocol import problem_line
 
 API_PREFIX = "/api/v1"
 
@@ -35,8 +38,8 @@ class BackgroundService(Protocol):
     def stop(self) -> None: ...
 
 
-# Made once the log is open, so that a service shares the app's log and work queue.
-ServiceFactory = Callable[[TuningLog, WorkQueue], BackgroundService]
+# Made once the log is open, so that a service shares the app's log and stores.
+ServiceFactory = Callable[[Stores], BackgroundService]
 
 
 def create_app(settings: Settings, *, background: Sequence[ServiceFactory] = ()) -> FastAPI:
@@ -53,16 +56,16 @@ def create_app(settings: Settings, *, background: Sequence[ServiceFactory] = ())
         started: list[BackgroundService] = []
         try:
             tokens = TokenStore(log)
-            for role, token in settings.env_tokens.items():
+            for role, token in settings.env_tokens().items():
                 tokens.add(role, f"AUTOSCHED_{role.name}_TOKEN", token)
-            queue = WorkQueue(
+            leases = LeaseQueue(
                 log,
                 lease_secs=settings.lease_secs,
                 worker_timeout_secs=settings.worker_timeout_secs,
             )
-            app.state.stores = Stores(settings, log, queue, tokens)
+            stores = app.state.stores = Stores(settings, log, JobStore(log), leases, tokens)
             for make in background:
-                service = make(log, queue)
+                service = make(stores)
                 service.start()
                 started.append(service)
             yield
@@ -81,15 +84,22 @@ def create_app(settings: Settings, *, background: Sequence[ServiceFactory] = ())
     app.include_router(health.router)
     for group in (jobs, workloads, records, workers):
         app.include_router(group.router, prefix=API_PREFIX)
-    app.add_exception_handler(UserError, _user_error)
+    app.add_exception_handler(UserError, _domain_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     return app
 
 
-async def _user_error(_request: Request, error: Exception) -> JSONResponse:
-    return JSONResponse(
-        {"detail": " ".join(str(error).split())}, status_code=status.HTTP_422_UNPROCESSABLE_CONTENT
-    )
+# The one place where domain errors become HTTP: the most specific class that matches wins.
+_STATUS: dict[type[UserError], int] = {
+    NotFound: status.HTTP_404_NOT_FOUND,
+    Conflict: status.HTTP_409_CONFLICT,
+    UserError: status.HTTP_422_UNPROCESSABLE_CONTENT,
+}
+
+
+async def _domain_error(_request: Request, error: Exception) -> JSONResponse:
+    code = next(code for kind, code in _STATUS.items() if isinstance(error, kind))
+    return JSONResponse({"detail": " ".join(str(error).split())}, status_code=code)
 
 
 async def _validation_error(_request: Request, error: Exception) -> JSONResponse:

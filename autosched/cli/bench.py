@@ -136,7 +136,7 @@ def search(
 ) -> None:
     """Best latency against trials and seconds for cold, warm, TPE and random search."""
     from autosched.bench.search import bench_search, plot_results
-    from autosched.cli_options import open_log
+    from autosched.cli.options import open_log
     from autosched.target import parse_target
     from autosched.workloads import get_workload, parse_param_overrides
 

@@ -1,5 +1,5 @@
-"""The tuning service's commands of the `autosched` CLI: serve, submit, status and token create,
-and the server side of `export --server`; ``autosched.cli`` registers them.
+"""The tuning service's commands of the `autosched` CLI: serve, engine, submit, status and token
+create; `register` adds them to the app (the ``autosched.commands`` entry point ``server``).
 
 Heavy modules (FastAPI, uvicorn, httpx, TVM) are imported inside the commands that need them.
 """
@@ -18,30 +18,25 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from autosched.cli_options import DbOpt, FileOpt, JsonOpt, ParamOpt, WorkloadArg
+from autosched.cli.options import (
+    DEFAULT_SERVER,
+    DbOpt,
+    FileOpt,
+    JsonOpt,
+    ParamOpt,
+    ServerOpt,
+    TokenOpt,
+    WorkloadArg,
+)
 from autosched.errors import UserError
+from autosched.search.registry import DEFAULT_STRATEGY, STRATEGY_HELP
 
 if TYPE_CHECKING:
+    from autosched.server.api.app import ServiceFactory
+    from autosched.server.settings import Settings
+
     from autosched.client import ServiceClient
-    from autosched.export import BestSchedule
-    from autosched.workload import Workload
-    from server.app import ServiceFactory
-    from server.schemas import JobPublic, JobsPublic
-    from server.settings import Settings
-
-DEFAULT_SERVER = "http://127.0.0.1:8000"
-
-ServerOpt = Annotated[
-    str, typer.Option("--server", envvar="AUTOSCHED_SERVER", help="URL of the autosched server.")
-]
-ExportServerOpt = Annotated[
-    str | None,
-    typer.Option("--server", help="Export from this autosched server instead of a database."),
-]
-TokenOpt = Annotated[
-    str | None,
-    typer.Option("--token", envvar="AUTOSCHED_TOKEN", help="A client token of the server."),
-]
+    from autosched.protocol import JobPublic, JobsPublic
 JobTargetOpt = Annotated[
     str,
     typer.Option(
@@ -57,9 +52,14 @@ _out = Console()
 def serve(
     db: DbOpt = None,
     host: Annotated[
-        str, typer.Option(help="Address to listen on; 0.0.0.0 for every interface.")
-    ] = "127.0.0.1",
-    port: Annotated[int, typer.Option(min=1, max=65535, help="Port to listen on.")] = 8000,
+        str | None,
+        typer.Option(
+            help="Address to listen on; 0.0.0.0 for every interface [AUTOSCHED_HOST; 127.0.0.1]."
+        ),
+    ] = None,
+    port: Annotated[
+        int | None, typer.Option(min=1, max=65535, help="Port to listen on [AUTOSCHED_PORT; 8000].")
+    ] = None,
     local_worker: Annotated[
         bool, typer.Option("--local-worker", help="Also measure candidates on this machine's CPU.")
     ] = False,
@@ -72,12 +72,12 @@ def serve(
 ) -> None:
     """Serve the REST API (docs at /docs) and the search engine that drives the submitted jobs."""
     import uvicorn
+    from autosched.server.api.app import create_app
+    from autosched.server.settings import load_settings
 
     from autosched.log import TuningLog
-    from server.app import create_app
-    from server.settings import Settings
 
-    settings = Settings.from_env(db_url=db, host=host, port=port, no_auth=no_auth or None)
+    settings = load_settings(db_url=db, host=host, port=port, no_auth=no_auth or None)
     TuningLog(settings.db_url).close()  # a bad URL or database fails here, in one line
     app = create_app(settings, background=_background(settings, local_worker))
     uvicorn.run(app, host=settings.host, port=settings.port)
@@ -86,84 +86,36 @@ def serve(
 def _background(settings: Settings, local_worker: bool) -> list[ServiceFactory]:
     """The services `serve` runs beside the API: the search engine, the trainer of the shared
     cost models, and maybe a local worker."""
-    from server.engine import Engine
-    from server.trainer import ModelTrainer
+    from autosched.server.engine import Engine
+    from autosched.server.trainer import ModelTrainer
 
     services: list[ServiceFactory] = [
-        lambda log, queue: Engine(log, queue, claim_secs=settings.claim_secs),
-        lambda log, _queue: ModelTrainer(log),
+        lambda stores: Engine(stores.log, claim_secs=settings.claim_secs),
+        lambda stores: ModelTrainer(stores.log),
     ]
     if local_worker:
+        from autosched.workers.daemon import WorkerDaemon
+
         from autosched.target import host_target
-        from workers.daemon import WorkerDaemon
 
-        services.append(lambda _log, queue: WorkerDaemon(queue, host_target()))
+        services.append(lambda stores: WorkerDaemon(stores.leases, host_target()))
     return services
-
-
-WorkerTokenOpt = Annotated[
-    str | None,
-    typer.Option("--token", envvar="AUTOSCHED_WORKER_TOKEN", help="A worker token of the server."),
-]
-
-
-def worker(
-    server: ServerOpt = DEFAULT_SERVER,
-    token: WorkerTokenOpt = None,
-    target: Annotated[
-        str,
-        typer.Option(
-            help='"auto" (this machine\'s GPU if it has one, else its CPU), "llvm", "cuda", '
-            "or target JSON."
-        ),
-    ] = "auto",
-    device: Annotated[int, typer.Option(min=0, help="Index of the GPU to measure on.")] = 0,
-    batch: Annotated[int, typer.Option(min=1, max=1024, help="Candidates per lease.")] = 8,
-) -> None:
-    """Measure candidates for a server: lease, build and time them here, report; until SIGTERM."""
-    import threading
-
-    from autosched.measure import MeasureConfig
-    from autosched.signals import stop_on_signals
-    from workers.daemon import WorkerDaemon
-
-    target_json = _worker_target(target)
-    stop = threading.Event()
-    with _client(server, token) as client, stop_on_signals(stop, "the lease in hand is released"):
-        daemon = WorkerDaemon(
-            client, target_json, batch=batch, config=MeasureConfig(device_index=device)
-        )
-        daemon.run(stop)
-
-
-def _worker_target(text: str) -> dict[str, Any]:
-    from autosched.target import host_target, parse_target
-
-    if text != "auto":
-        return parse_target(text)
-    try:
-        return parse_target("cuda")
-    except UserError:  # no GPU here
-        return host_target()
 
 
 def engine(db: DbOpt = None) -> None:
     """Run a search engine alone, to scale out: it drives the jobs submitted to the log."""
     import threading
 
-    from autosched.log import TuningLog
-    from autosched.log.queue import WorkQueue
-    from autosched.signals import stop_on_signals
-    from server.engine import Engine
-    from server.settings import Settings
+    from autosched.server.engine import Engine
+    from autosched.server.settings import load_settings
 
-    settings = Settings.from_env(db_url=db)
+    from autosched.log import TuningLog
+    from autosched.signals import stop_on_signals
+
+    settings = load_settings(db_url=db)
     stop = threading.Event()
     with TuningLog(settings.db_url) as log, stop_on_signals(stop, "jobs are left to other engines"):
-        queue = WorkQueue(
-            log, lease_secs=settings.lease_secs, worker_timeout_secs=settings.worker_timeout_secs
-        )
-        Engine(log, queue, claim_secs=settings.claim_secs).run(stop)
+        Engine(log, claim_secs=settings.claim_secs).run(stop)
 
 
 def submit(
@@ -176,9 +128,7 @@ def submit(
     seed: Annotated[
         int | None, typer.Option(min=0, max=2**31 - 1, help="Seed for a reproducible search.")
     ] = None,
-    strategy: Annotated[
-        str, typer.Option(help="evolutionary (guided by the cost model), tpe, or random.")
-    ] = "evolutionary",
+    strategy: Annotated[str, typer.Option(help=STRATEGY_HELP)] = DEFAULT_STRATEGY,
     server: ServerOpt = DEFAULT_SERVER,
     token: TokenOpt = None,
     as_json: JsonOpt = False,
@@ -186,7 +136,7 @@ def submit(
     """Submit a tuning job to an autosched server and print its id."""
     from pydantic import ValidationError
 
-    from server.schemas import JobCreate, problem_line
+    from autosched.protocol import JobCreate, problem_line
 
     document = {
         "workload": _workload_document(workload, param, file),
@@ -285,13 +235,13 @@ def _watch(fetch: Callable[[], JobPublic | JobsPublic], interval: float) -> None
 
 def _ended(current: JobPublic | JobsPublic) -> bool:
     """Whether a watched job has ended; a list of jobs never does."""
-    from server.schemas import JobPublic
+    from autosched.protocol import JobPublic
 
     return isinstance(current, JobPublic) and current.status.final
 
 
 def _render(current: JobPublic | JobsPublic) -> Table | Group:
-    from server.schemas import JobPublic
+    from autosched.protocol import JobPublic
 
     if isinstance(current, JobPublic):
         return _render_job(current)
@@ -368,19 +318,16 @@ def create_token(
         print(token)
 
 
-def fetch_best(
-    server: str, token: str | None, workload: Workload, target: str | None
-) -> BestSchedule:
-    """The best schedule of ``workload`` on ``target`` (a kind, target JSON or key) from a server,
-    replayed here for export."""
-    from autosched.export import replay
-
-    with _client(server, token) as client:
-        found = client.workload_best(workload.key, target or "llvm")
-    return replay(workload, found.target.target_json, found.record.to_view())
-
-
 def _client(server: str, token: str | None) -> ServiceClient:
     from autosched.client import ServiceClient
 
     return ServiceClient(server, token)
+
+
+def register(app: typer.Typer) -> None:
+    """Add the service's commands to the `autosched` app."""
+    app.command()(serve)
+    app.command()(engine)
+    app.command()(submit)
+    app.command()(status)
+    app.add_typer(token_app)

@@ -1,4 +1,4 @@
-"""Command-line options shared by the commands of `autosched` (``cli`` and ``service_cli``).
+"""Command-line options shared by the commands of `autosched`, the service's among them.
 
 Only typer and the standard library are imported here, so that `autosched --help` stays fast.
 """
@@ -6,9 +6,12 @@ Only typer and the standard library are imported here, so that `autosched --help
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
+
+if TYPE_CHECKING:
+    from autosched.log import TuningLog
 
 WorkloadArg = Annotated[str, typer.Argument(help="A built-in workload: `autosched workloads`.")]
 ParamOpt = Annotated[
@@ -22,9 +25,17 @@ DbOpt = Annotated[
     typer.Option("--db", help="SQLAlchemy URL of the tuning log [AUTOSCHED_DB; ./autosched.db]"),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document.")]
+DEFAULT_SERVER = "http://127.0.0.1:8000"
+ServerOpt = Annotated[
+    str, typer.Option("--server", envvar="AUTOSCHED_SERVER", help="URL of the autosched server.")
+]
+TokenOpt = Annotated[
+    str | None,
+    typer.Option("--token", envvar="AUTOSCHED_TOKEN", help="A client token of the server."),
+]
 
 
-def open_log(db: str | None, *, must_exist: bool):
+def open_log(db: str | None, *, must_exist: bool) -> TuningLog:
     """The tuning log at ``db`` (or the default); with ``must_exist``, a missing SQLite file is a
     one-line error rather than a new empty log."""
     from sqlalchemy.engine import make_url

@@ -1,37 +1,41 @@
-"""The `autosched` command line: tune on this machine, list workloads and the log, export schedules.
+"""The commands that work on this machine alone: tune, workloads, log, export, check, calibrate.
 
 Bad input ends with a one-line error and exit code 2, before anything is written to the log.
+Heavy modules (TVM, the log) are imported inside the commands that need them.
 """
 
 from __future__ import annotations
 
 import json
-import sys
 import threading
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
-from typer.exceptions import TyperException
 
-from autosched import service_cli
-from autosched.bench.cli import bench_app
-from autosched.cli_options import DbOpt, FileOpt, JsonOpt, ParamOpt, WorkloadArg, open_log
-from autosched.errors import Cancelled, ServiceUnavailable, UserError
-from autosched.model_cli import model_app
+from autosched.cli.options import (
+    DbOpt,
+    FileOpt,
+    JsonOpt,
+    ParamOpt,
+    TokenOpt,
+    WorkloadArg,
+    open_log,
+)
+from autosched.errors import Cancelled, UserError
+from autosched.search.registry import DEFAULT_STRATEGY, STRATEGY_HELP, check_strategy
 from autosched.signals import stop_on_signals
 
-app = typer.Typer(
-    name="autosched",
-    help="Auto-scheduler and autotuner for tensor programs (TVM MetaSchedule + XGBoost).",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-)
+if TYPE_CHECKING:
+    from autosched.export import BestSchedule
+    from autosched.tuner import Progress as TuneProgress
+    from autosched.tuner import TuneReport
+    from autosched.workload import Workload
+
 _out = Console()
 _err = Console(stderr=True)
 
@@ -41,7 +45,7 @@ TargetOpt = Annotated[
 ]
 
 
-def _resolve_workload(name: str, params: list[str] | None, file: Path | None):
+def _resolve_workload(name: str, params: list[str] | None, file: Path | None) -> Workload:
     from autosched.workload import load_workload_file
     from autosched.workloads import get_workload, parse_param_overrides
 
@@ -52,7 +56,6 @@ def _resolve_workload(name: str, params: list[str] | None, file: Path | None):
     return get_workload(name, parse_param_overrides(params or []))
 
 
-@app.command()
 def tune(
     workload: WorkloadArg = "matmul",
     param: ParamOpt = None,
@@ -61,9 +64,7 @@ def tune(
     trials: Annotated[int, typer.Option(min=1, max=100_000, help="New measurements.")] = 64,
     batch: Annotated[int, typer.Option(min=1, max=4096, help="Candidates per batch.")] = 64,
     seed: Annotated[int | None, typer.Option(help="Seed for a reproducible search.")] = None,
-    strategy: Annotated[
-        str, typer.Option(help="evolutionary (guided by the cost model), tpe, or random.")
-    ] = "evolutionary",
+    strategy: Annotated[str, typer.Option(help=STRATEGY_HELP)] = DEFAULT_STRATEGY,
     cold: Annotated[
         bool,
         typer.Option(
@@ -79,13 +80,11 @@ def tune(
     """
     from autosched.costmodel.shared import retrain_if_grown
     from autosched.measure import LocalMeasurer
-    from autosched.search.strategies import STRATEGIES
     from autosched.target import parse_target, target_family
     from autosched.tuner import TuneOptions
     from autosched.tuner import tune as run_tuning
 
-    if strategy not in STRATEGIES:
-        raise UserError(f"unknown strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}")
+    check_strategy(strategy)
     spec = _resolve_workload(workload, param, file)
     target_json = parse_target(target)
     log = open_log(db, must_exist=False)
@@ -105,7 +104,7 @@ def tune(
     )
     task = progress.add_task("tune", total=trials, best="-", failed=0)
 
-    def on_progress(update) -> None:
+    def on_progress(update: TuneProgress) -> None:
         best = update.best_latency_secs
         best = "-" if best is None else f"{best * 1e6:.1f} us"
         progress.update(task, completed=update.trials_done, best=best, failed=update.failed)
@@ -135,7 +134,7 @@ def tune(
     _print_report(report)
 
 
-def _print_report(report) -> None:
+def _print_report(report: TuneReport) -> None:
     def us(secs: float | None) -> str:
         return "-" if secs is None else f"{secs * 1e6:.2f} us"
 
@@ -156,7 +155,6 @@ def _print_report(report) -> None:
     _out.print(table)
 
 
-@app.command()
 def workloads(as_json: JsonOpt = False) -> None:
     """List the built-in workloads with their parameters and defaults."""
     from autosched.workloads import workload_specs
@@ -189,7 +187,6 @@ def workloads(as_json: JsonOpt = False) -> None:
     _out.print(table)
 
 
-@app.command("log")
 def show_log(db: DbOpt = None, as_json: JsonOpt = False) -> None:
     """List tuned workloads x targets with best latency and trial counts."""
     log = open_log(db, must_exist=True)
@@ -233,7 +230,6 @@ def show_log(db: DbOpt = None, as_json: JsonOpt = False) -> None:
     _out.print(table)
 
 
-@app.command("export")
 def export_schedule(
     workload: WorkloadArg = "matmul",
     format_name: Annotated[
@@ -246,8 +242,11 @@ def export_schedule(
     file: FileOpt = None,
     target: TargetOpt = None,
     db: DbOpt = None,
-    server: service_cli.ExportServerOpt = None,
-    token: service_cli.TokenOpt = None,
+    server: Annotated[
+        str | None,
+        typer.Option("--server", help="Export from this autosched server instead of a database."),
+    ] = None,
+    token: TokenOpt = None,
 ) -> None:
     """Export the best schedule of a workload: TVMScript, a MetaSchedule database or a library.
 
@@ -265,7 +264,7 @@ def export_schedule(
     if server is not None:
         if db is not None:
             raise UserError("give --db or --server, not both")
-        best = service_cli.fetch_best(server, token, spec, target)
+        best = _fetch_best(server, token, spec, target)
     else:
         target_json = parse_target(target)
         log = open_log(db, must_exist=True)
@@ -277,7 +276,6 @@ def export_schedule(
         _out.print(f"wrote {escape(str(path))}")
 
 
-@app.command()
 def check(
     workload: WorkloadArg,
     param: ParamOpt = None,
@@ -302,7 +300,6 @@ def check(
         raise typer.Exit(code=1)
 
 
-@app.command()
 def calibrate(target: TargetOpt = None, as_json: JsonOpt = False) -> None:
     """Measure this machine's peak GFLOP/s and memory bandwidth, the roofline of `bench`."""
     from autosched.roofline import calibrate as measure_machine
@@ -323,38 +320,14 @@ def calibrate(target: TargetOpt = None, as_json: JsonOpt = False) -> None:
     )
 
 
-app.add_typer(bench_app, name="bench")
-app.add_typer(model_app, name="model")
+def _fetch_best(
+    server: str, token: str | None, workload: Workload, target: str | None
+) -> BestSchedule:
+    """The best schedule of ``workload`` on ``target`` (a kind, target JSON or key) from a server,
+    replayed here for export."""
+    from autosched.client import ServiceClient
+    from autosched.export import replay
 
-
-app.command()(service_cli.serve)
-app.command()(service_cli.submit)
-app.command()(service_cli.status)
-app.command()(service_cli.worker)
-app.command()(service_cli.engine)
-app.add_typer(service_cli.token_app)
-
-
-def _print_error(message: str) -> None:
-    line = escape(" ".join(message.split()))
-    _err.print(f"[red]error:[/red] {line}", highlight=False, soft_wrap=True)
-
-
-def main() -> None:
-    """Entry point: bad input, ours or the argument parser's, is one line and exit code 2."""
-    try:
-        code = app(standalone_mode=False)
-    except typer.Abort:
-        sys.exit(130)
-    except UserError as error:
-        _print_error(str(error))
-        sys.exit(2)
-    except ServiceUnavailable as error:
-        _print_error(str(error))
-        sys.exit(1)
-    except TyperException as error:  # the argument parser's usage errors; none after the help
-        message = error.format_message() if hasattr(error, "format_message") else str(error)
-        if message.strip():
-            _print_error(message)
-        sys.exit(2)
-    sys.exit(code if isinstance(code, int) else 0)
+    with ServiceClient(server, token) as client:
+        found = client.workload_best(workload.key, target or "llvm")
+    return replay(workload, found.target.target_json, found.record.to_view())

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Annotated
 
+from autosched.server.api.deps import ClientAuth, LeasesDep, LogDep, TargetQuery
+from autosched.server.api.resolve import stored_workload, tuned_target
 from fastapi import APIRouter, Query
 
-from server.deps import ClientAuth, LogDep, QueueDep, TargetQuery
-from server.resolve import stored_workload, tuned_target
-from server.schemas import MAX_ID, MAX_PAGE, RecordPublic, RecordsPublic
+from autosched.protocol import MAX_ID, MAX_PAGE, RecordPublic, RecordsPublic
 
 router = APIRouter(prefix="/records", tags=["records"], dependencies=[ClientAuth])
 
@@ -18,13 +18,13 @@ def list_records(
     workload: Annotated[str, Query(min_length=1, max_length=64, description="A workload key.")],
     target: TargetQuery,
     log: LogDep,
-    queue: QueueDep,
+    leases: LeasesDep,
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 100,
     offset: Annotated[int, Query(ge=0, le=MAX_ID)] = 0,
 ) -> RecordsPublic:
     """Every measurement of the workload on the target, in the order they were stored."""
     found_workload = stored_workload(log, workload)
-    found_target = tuned_target(log, queue, found_workload, target)
+    found_target = tuned_target(log, leases, found_workload, target)
     records = log.records(found_workload.id, found_target.id, limit=limit, offset=offset)
     count = log.count_records(found_workload.id, found_target.id)
     return RecordsPublic(data=[RecordPublic.of(view) for view in records], count=count)

@@ -1,0 +1,156 @@
+"""The tuning log's database: its URL, the SQLAlchemy engine for it, and its schema migrations.
+
+SQLite connections get WAL, foreign keys and a busy timeout, and take the write lock when a
+transaction begins; PostgreSQL goes through psycopg 3. Opening a log migrates it to the newest
+schema with Alembic, one process at a time.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from alembic import command
+from alembic.config import Config
+from alembic.util.exc import CommandError
+from sqlalchemy import Engine, create_engine, event, inspect, make_url, text
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Connection
+from sqlalchemy.exc import ArgumentError
+
+from autosched.errors import UserError
+
+_SQLITE_BUSY_TIMEOUT_MS = 30_000
+# Alembic keeps the running migration's context in module globals: one migration per process.
+_MIGRATION_LOCK = threading.Lock()
+# Any constant works; it only has to be the same for every process that migrates a log.
+_PG_MIGRATION_LOCK = 0x6175746F73636864
+# The table holding the log's schema revision. Alembic's default, ``alembic_version``, belongs to
+# Optuna's RDB storage, whose studies live in the same database; logs written before the rename
+# are moved over when opened.
+VERSION_TABLE = "autosched_version"
+_LEGACY_VERSION_TABLE = "alembic_version"
+_LEGACY_REVISIONS = ("0001", "0002")
+
+Insert = Callable[[Any], Any]
+"""A dialect's INSERT construct, which offers ``on_conflict_do_nothing``/``_update``."""
+
+INSERTS: dict[str, Insert] = {
+    "postgresql": postgresql.insert,
+    "sqlite": sqlite.insert,
+}
+
+
+def default_db_url() -> str:
+    """The tuning log's URL: ``$AUTOSCHED_DB``, else ``autosched.db`` in the working directory."""
+    return os.environ.get("AUTOSCHED_DB") or "sqlite:///autosched.db"
+
+
+def create_log_engine(url: str) -> Engine:
+    """Create the engine for ``url``; SQLite connections get WAL, foreign keys, a busy timeout.
+
+    Raises:
+        UserError: a malformed URL, or a backend other than SQLite and PostgreSQL.
+    """
+    try:
+        parsed = make_url(url)
+        if parsed.drivername == "postgresql":
+            parsed = parsed.set(drivername="postgresql+psycopg")
+        if parsed.get_backend_name() not in INSERTS:
+            raise UserError(
+                f"unsupported tuning log database {parsed.get_backend_name()!r} in {display(url)};"
+                " use sqlite:///PATH or postgresql+psycopg://USER@HOST/DB"
+            )
+        engine = create_engine(parsed, pool_pre_ping=True)
+    except ArgumentError as exc:  # also raised for an unknown driver (NoSuchModuleError)
+        raise UserError(f"bad tuning log URL {display(url)}: {one_line(str(exc))}") from exc
+    if engine.dialect.name == "sqlite":
+        event.listen(engine, "connect", _configure_sqlite)
+        event.listen(engine, "begin", _begin_immediate)
+    return engine
+
+
+def _configure_sqlite(dbapi_connection: Any, _record: object) -> None:
+    # SQLAlchemy's documented recipe: the sqlite3 module must not issue BEGIN on its own (lazily,
+    # DEFERRED, not before DDL); the "begin" event below does it instead.
+    dbapi_connection.isolation_level = None
+    cursor = dbapi_connection.cursor()
+    cursor.execute(f"PRAGMA busy_timeout = {_SQLITE_BUSY_TIMEOUT_MS}")
+    cursor.execute("PRAGMA journal_mode = WAL")
+    cursor.execute("PRAGMA foreign_keys = ON")
+    cursor.close()
+
+
+def _begin_immediate(connection: Connection) -> None:
+    # IMMEDIATE takes the write lock up front, so a transaction that reads and then writes never
+    # fails with SQLITE_BUSY half-way; with WAL, readers in other connections are not blocked.
+    connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+def upgrade_schema(engine: Engine) -> None:
+    """Run the Alembic migrations up to head, in one transaction."""
+    config = Config()
+    config.set_main_option("script_location", "autosched.log:migrations")
+    with _MIGRATION_LOCK, engine.connect() as connection:
+        sqlite_connection = (
+            connection.connection.driver_connection if engine.dialect.name == "sqlite" else None
+        )
+        if sqlite_connection is not None:
+            # SQLite alters a table by copying it; foreign keys must be off while it does, and
+            # only outside a transaction can they be turned off (SQLite's ALTER TABLE recipe).
+            sqlite_connection.execute("PRAGMA foreign_keys = OFF")
+        try:
+            with connection.begin():
+                if connection.dialect.name == "postgresql":
+                    # Processes opening a fresh database at once would both create the tables.
+                    connection.execute(
+                        text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_MIGRATION_LOCK}
+                    )
+                _adopt_legacy_version_table(connection)
+                config.attributes["connection"] = connection
+                config.attributes["version_table"] = VERSION_TABLE
+                command.upgrade(config, "head")
+                if sqlite_connection is not None:
+                    violations = connection.exec_driver_sql("PRAGMA foreign_key_check").all()
+                    if violations:
+                        raise CommandError(f"foreign keys broken by the migration: {violations}")
+        finally:
+            if sqlite_connection is not None:
+                sqlite_connection.execute("PRAGMA foreign_keys = ON")
+
+
+def _adopt_legacy_version_table(connection: Connection) -> None:
+    """Move a log's revision out of ``alembic_version`` (where logs kept it before Optuna's studies
+    joined them) into VERSION_TABLE."""
+    tables = set(inspect(connection).get_table_names())
+    if _LEGACY_VERSION_TABLE not in tables or VERSION_TABLE in tables:
+        return
+    legacy = text(f"SELECT version_num FROM {_LEGACY_VERSION_TABLE}")
+    revisions = [row[0] for row in connection.execute(legacy)]
+    if len(revisions) != 1 or revisions[0] not in _LEGACY_REVISIONS:
+        return  # Optuna's own revision: not ours to move
+    connection.execute(
+        text(
+            f"CREATE TABLE {VERSION_TABLE} (version_num VARCHAR(32) NOT NULL, "
+            f"CONSTRAINT {VERSION_TABLE}_pkc PRIMARY KEY (version_num))"
+        )
+    )
+    connection.execute(
+        text(f"INSERT INTO {VERSION_TABLE} (version_num) VALUES (:revision)"),
+        {"revision": revisions[0]},
+    )
+    connection.execute(text(f"DROP TABLE {_LEGACY_VERSION_TABLE}"))
+
+
+def display(url: str) -> str:
+    """The URL with any password masked, for messages."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except ArgumentError:
+        return repr(url)
+
+
+def one_line(message: str) -> str:
+    return " ".join(message.split()) or "unknown error"

@@ -1,0 +1,364 @@
+"""Tuning jobs in the tuning log: started by `autosched tune` or submitted to the service, claimed
+by search engines, fed with candidates, followed by their submitters.
+
+Contract:
+    * A job counts its trials as the measurements of its candidates, the untuned baseline apart;
+      ``trials_done`` in its progress and ``measured`` in its budget are the same number.
+    * Engines claim jobs with a lease of their own (``claim_jobs``): a job whose engine stopped
+      renewing its claim is taken over by another engine.
+    * Jobs take turns in the queue: each job's candidates are numbered in the order they were
+      enqueued, and workers are handed the lowest numbers first, whichever job they belong to.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+
+from sqlalchemy import func, select, update
+from sqlalchemy.orm import Session
+
+from autosched.errors import NotFound
+from autosched.log.models import (
+    BestRecord,
+    Candidate,
+    CandidateState,
+    Measurement,
+    Target,
+    TuningJob,
+    utcnow,
+)
+from autosched.log.store import TuningLog, record_view
+from autosched.log.subjects import ensure_subject
+from autosched.records import JobProgress, JobStatus, RecordView, TargetInfo
+from autosched.schedule import BASELINE_TRACE
+from autosched.workload import Workload
+
+_OUTSTANDING = (CandidateState.QUEUED, CandidateState.LEASED)
+
+
+@dataclass(frozen=True)
+class JobBudget:
+    """A job's measured and outstanding candidates, the baseline apart, and whether its baseline
+    still waits for a worker."""
+
+    status: JobStatus
+    trials: int
+    measured: int
+    outstanding: int
+    baseline_outstanding: bool
+
+    @property
+    def spent(self) -> bool:
+        """Every trial is measured, and so is the baseline the job's speedup is measured from."""
+        return self.measured >= self.trials and not self.baseline_outstanding
+
+
+@dataclass(frozen=True)
+class MeasuredCandidate:
+    """A measurement of a job's candidate, as the engine reads them back in arrival order."""
+
+    measurement_id: int
+    record: RecordView
+
+
+class JobStore:
+    """The tuning jobs of ``log``: every method is one transaction on its database."""
+
+    def __init__(self, log: TuningLog) -> None:
+        self._log = log
+        self._sessions = log.sessions
+
+    # Jobs of `autosched tune`, which measures them itself.
+
+    def start_job(
+        self,
+        *,
+        workload_id: int,
+        target_id: int,
+        trials: int,
+        batch_size: int,
+        strategy: str,
+        seed: int | None,
+        cost_model_id: int | None = None,
+    ) -> int:
+        """Record a tuning job that starts now, with status RUNNING; returns its id.
+
+        Args:
+            workload_id: The workload to tune (from ``ensure_workload``).
+            target_id: The target to tune for (from ``ensure_target``).
+            trials: The budget: how many candidates to measure (>= 0).
+            batch_size: How many candidates are measured per batch (>= 1).
+            strategy: The name of the search strategy.
+            seed: The random seed, if the run is meant to be reproducible.
+            cost_model_id: The shared cost model version its search starts from, if any.
+
+        Raises:
+            sqlalchemy.exc.IntegrityError: If the workload or target does not exist, or ``trials``
+                or ``batch_size`` is out of range.
+        """
+        now = utcnow()
+        job = TuningJob(
+            workload_id=workload_id,
+            target_id=target_id,
+            trials=trials,
+            batch_size=batch_size,
+            strategy=strategy,
+            seed=seed,
+            status=JobStatus.RUNNING.value,
+            created_at=now,
+            started_at=now,
+            cost_model_id=cost_model_id,
+        )
+        with self._sessions.begin() as session:
+            session.add(job)
+            session.flush()
+            return job.id
+
+    def end_job(self, job_id: int, status: JobStatus) -> None:
+        """Mark a job as ended now, with a final status.
+
+        Raises:
+            ValueError: If ``status`` is not final.
+            NotFound: If there is no job ``job_id``.
+        """
+        if not status.final:
+            raise ValueError(f"end_job needs a final status, not {status.name}")
+        with self._sessions.begin() as session:
+            ended = session.execute(
+                update(TuningJob)
+                .where(TuningJob.id == job_id)
+                .values(status=status.value, finished_at=utcnow())
+            )
+            if ended.rowcount == 0:
+                raise NotFound(f"no tuning job with id {job_id}")
+
+    # Jobs of the service, as clients submit and follow them.
+
+    def submit(
+        self,
+        workload: Workload,
+        target: dict,
+        *,
+        trials: int,
+        batch_size: int,
+        strategy: str,
+        seed: int | None,
+    ) -> int:
+        """Queue a tuning job; an engine takes it up. Returns the job id."""
+        stored_workload, stored_target = ensure_subject(self._log, workload, target)
+        with self._sessions.begin() as session:
+            job = TuningJob(
+                workload_id=stored_workload.id,
+                target_id=stored_target.id,
+                trials=trials,
+                batch_size=batch_size,
+                strategy=strategy,
+                seed=seed,
+                status=JobStatus.QUEUED.value,
+            )
+            session.add(job)
+            session.flush()
+            return job.id
+
+    def cancel(self, job_id: int) -> JobProgress:
+        """Stop a job: it hands out no more work; queued candidates are dropped.
+
+        A job that already ended keeps its status. Raises NotFound if there is no such job.
+        """
+        with self._sessions.begin() as session:
+            job = _job(session, job_id)
+            if not JobStatus(job.status).final:
+                job.status = JobStatus.CANCELLED.value
+                job.finished_at = utcnow()
+                session.execute(
+                    Candidate.__table__.delete().where(
+                        Candidate.job_id == job_id, Candidate.state == CandidateState.QUEUED
+                    )
+                )
+        return self.job(job_id)
+
+    def job(self, job_id: int) -> JobProgress:
+        """A job's progress. Raises NotFound if there is no such job."""
+        with self._sessions.begin() as session:
+            return self._progress(session, _job(session, job_id))
+
+    def jobs(self, *, limit: int, offset: int) -> tuple[list[JobProgress], int]:
+        """A page of jobs, newest first, and the number of jobs in all."""
+        with self._sessions.begin() as session:
+            total = session.scalar(select(func.count(TuningJob.id))) or 0
+            rows = session.scalars(
+                select(TuningJob).order_by(TuningJob.id.desc()).limit(limit).offset(offset)
+            ).all()
+            return [self._progress(session, job) for job in rows], total
+
+    # Jobs of the service, as search engines drive them.
+
+    def claim_jobs(self, engine_id: str, ttl_secs: float) -> list[int]:
+        """Claim (or renew the claim on) every unfinished job no live engine holds.
+
+        Returns the ids of the jobs this engine holds now, oldest first.
+        """
+        now = utcnow()
+        with self._sessions.begin() as session:
+            claimable = TuningJob.status.in_([JobStatus.QUEUED.value, JobStatus.RUNNING.value]) & (
+                TuningJob.engine_id.is_(None)
+                | (TuningJob.engine_id == engine_id)
+                | (TuningJob.engine_expires_at < now)
+            )
+            claimed = session.scalars(
+                update(TuningJob)
+                .where(claimable)
+                .values(
+                    engine_id=engine_id,
+                    engine_expires_at=now + timedelta(seconds=ttl_secs),
+                    status=JobStatus.RUNNING.value,
+                    started_at=func.coalesce(TuningJob.started_at, now),
+                )
+                .returning(TuningJob.id)
+            ).all()
+            return sorted(claimed)
+
+    def enqueue(
+        self, job_id: int, candidates: Sequence[tuple[str, str, float | None]]
+    ) -> list[str]:
+        """Queue candidates (trace JSON, program hash, predicted score) of a running job.
+
+        Programs already known for the job's workload and target are skipped. Returns the program
+        hashes that were queued.
+        """
+        with self._sessions.begin() as session:
+            job = _job(session, job_id)
+            if job.status != JobStatus.RUNNING.value:
+                return []
+            position = session.scalar(
+                select(func.coalesce(func.max(Candidate.queue_position), -1)).where(
+                    Candidate.job_id == job_id
+                )
+            )
+            queued = []
+            for trace_json, program_hash, score in candidates:
+                position += 1
+                inserted = session.scalar(
+                    self._log.insert(Candidate)
+                    .values(
+                        job_id=job_id,
+                        workload_id=job.workload_id,
+                        target_id=job.target_id,
+                        trace_json=trace_json,
+                        program_hash=program_hash,
+                        predicted_score=score,
+                        created_at=utcnow(),
+                        state=CandidateState.QUEUED,
+                        queue_position=position,
+                        strikes=0,
+                    )
+                    .on_conflict_do_nothing(
+                        index_elements=["workload_id", "target_id", "program_hash"]
+                    )
+                    .returning(Candidate.id)
+                )
+                if inserted is not None:
+                    queued.append(program_hash)
+            return queued
+
+    def budget(self, job_id: int) -> JobBudget:
+        """Where a job stands against its budget, read in one transaction (the engine's poll).
+
+        Raises NotFound if there is no such job.
+        """
+        with self._sessions.begin() as session:
+            job = _job(session, job_id)
+            trials = dict(
+                session.execute(
+                    select(Candidate.state, func.count(Candidate.id))
+                    .where(Candidate.job_id == job_id, Candidate.trace_json != BASELINE_TRACE)
+                    .group_by(Candidate.state)
+                ).all()
+            )
+            baseline = session.scalar(
+                select(func.count(Candidate.id)).where(
+                    Candidate.job_id == job_id,
+                    Candidate.trace_json == BASELINE_TRACE,
+                    Candidate.state.in_(_OUTSTANDING),
+                )
+            )
+            return JobBudget(
+                status=JobStatus(job.status),
+                trials=job.trials,
+                measured=trials.get(CandidateState.MEASURED, 0)
+                + trials.get(CandidateState.POISONED, 0),
+                outstanding=sum(trials.get(state, 0) for state in _OUTSTANDING),
+                baseline_outstanding=bool(baseline),
+            )
+
+    def measured_since(self, job_id: int, after_measurement_id: int) -> list[MeasuredCandidate]:
+        """Measurements of the job's candidates newer than ``after_measurement_id``, in order."""
+        query = (
+            select(Candidate, Measurement)
+            .join(Measurement, Measurement.candidate_id == Candidate.id)
+            .where(Candidate.job_id == job_id, Measurement.id > after_measurement_id)
+            .order_by(Measurement.id)
+        )
+        with self._sessions.begin() as session:
+            return [
+                MeasuredCandidate(measurement.id, record_view(candidate, measurement))
+                for candidate, measurement in session.execute(query).all()
+            ]
+
+    def _progress(self, session: Session, job: TuningJob) -> JobProgress:
+        rows = session.execute(
+            select(
+                Candidate.trace_json,
+                Measurement.median_secs,
+                Measurement.verified,
+                Measurement.error_kind,
+            )
+            .join(Measurement, Measurement.candidate_id == Candidate.id)
+            .where(Candidate.job_id == job.id)
+            .order_by(Measurement.id)
+        ).all()
+        done = failed = 0
+        best: float | None = None
+        curve: list[tuple[int, float]] = []
+        for trace_json, median, verified, error_kind in rows:
+            if trace_json != BASELINE_TRACE:
+                done += 1
+                failed += error_kind is not None
+            if verified and median is not None and (best is None or median < best):
+                best = median
+                curve.append((done, median))
+        overall = session.scalar(
+            select(BestRecord.median_secs).where(
+                BestRecord.workload_id == job.workload_id, BestRecord.target_id == job.target_id
+            )
+        )
+        workload = self._log.workload_by_id(session, job.workload_id)
+        target = session.get(Target, job.target_id)
+        assert target is not None
+        return JobProgress(
+            id=job.id,
+            workload=workload,
+            target=TargetInfo(target.id, target.key, target.kind, target.target_json),
+            trials=job.trials,
+            batch_size=job.batch_size,
+            strategy=job.strategy,
+            seed=job.seed,
+            status=JobStatus(job.status),
+            created_at=job.created_at,
+            started_at=job.started_at,
+            finished_at=job.finished_at,
+            trials_done=done,
+            failed=failed,
+            best_latency_secs=overall,
+            curve=curve,
+            cost_model_id=job.cost_model_id,
+        )
+
+
+def _job(session: Session, job_id: int) -> TuningJob:
+    job = session.get(TuningJob, job_id)
+    if job is None:
+        raise NotFound(f"no tuning job with id {job_id}")
+    return job

@@ -1,0 +1,371 @@
+"""Workers and leases in the tuning log: the service's queue of candidates, as workers see it.
+
+Workers register their target and device, lease queued candidates of their target, heartbeat
+while they measure, and report what they measured. Every operation is one transaction.
+
+Contract:
+    * Claiming candidates is one statement (``UPDATE ... WHERE id IN (SELECT ... FOR UPDATE SKIP
+      LOCKED)`` on PostgreSQL; SQLite serialises writers), so two workers never lease the same
+      candidate while its lease holds.
+    * A lease expires unless its worker heartbeats; its unmeasured candidates go back to the queue
+      with a strike. A candidate that cost a measuring process twice (a crash reported, or an
+      expired lease) is poisoned: recorded as a ``crash`` measurement and never handed out again.
+    * Reports are idempotent: a candidate is measured once; a second report of it (a retry, or a
+      late report of an expired lease measured elsewhere meanwhile) is ignored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from sqlalchemy import func, select, update
+from sqlalchemy.orm import Session
+
+from autosched.errors import NotFound
+from autosched.log.models import (
+    BestRecord,
+    Candidate,
+    CandidateState,
+    LeaseState,
+    Measurement,
+    Target,
+    TuningJob,
+    Worker,
+    utcnow,
+)
+from autosched.log.models import Lease as LeaseRow
+from autosched.log.models import Workload as WorkloadRow
+from autosched.log.store import NewMeasurement, TuningLog
+from autosched.log.subjects import ensure_target
+from autosched.protocol import Lease, LeasedCandidate, ReportedResult, ReportOutcome
+from autosched.records import ErrorKind, JobStatus, WorkloadRef
+
+STRIKES_TO_POISON = 2
+_OUTSTANDING = (CandidateState.QUEUED, CandidateState.LEASED)
+
+
+@dataclass(frozen=True)
+class QueueMetrics:
+    """Counts for monitoring: the queue, its leases, live workers, recent results, jobs."""
+
+    queued: int
+    leased: int
+    active_leases: int
+    workers_alive: int
+    results_last_minute: int
+    jobs_by_status: dict[str, int]
+
+
+class LeaseQueue:
+    """The candidates of the service's jobs as workers lease them, in ``log``'s database.
+
+    Args:
+        log: the tuning log whose database holds the queue.
+        lease_secs: how long a lease holds without a heartbeat.
+        worker_timeout_secs: a worker counts as alive this long after its last heartbeat.
+    """
+
+    def __init__(
+        self, log: TuningLog, *, lease_secs: float = 60.0, worker_timeout_secs: float = 60.0
+    ) -> None:
+        self._log = log
+        self._sessions = log.sessions
+        self._lease = timedelta(seconds=lease_secs)
+        self._worker_timeout = timedelta(seconds=worker_timeout_secs)
+        # Leasing looks for expired leases at most this often (a lease outlives it by far).
+        self._expiry_interval = min(timedelta(seconds=1), self._lease / 4)
+        self._next_expiry = utcnow()
+
+    def register_worker(self, *, name: str, target: dict, fingerprint: dict) -> int:
+        """Record a worker daemon of ``target`` on the device ``fingerprint``; returns its id."""
+        target_id = ensure_target(self._log, target).id
+        device_id = self._log.ensure_device(fingerprint)
+        with self._sessions.begin() as session:
+            now = utcnow()
+            worker = Worker(
+                name=name,
+                target_id=target_id,
+                device_id=device_id,
+                registered_at=now,
+                heartbeat_at=now,
+            )
+            session.add(worker)
+            session.flush()
+            return worker.id
+
+    def worker_targets(self, kind: str) -> list[dict]:
+        """Targets of the live workers of ``kind``, the most recently heard from first."""
+        alive = utcnow() - self._worker_timeout
+        last_heard = (
+            select(Worker.target_id, func.max(Worker.heartbeat_at).label("last"))
+            .where(Worker.heartbeat_at >= alive)
+            .group_by(Worker.target_id)
+            .subquery()
+        )
+        query = (
+            select(Target.target_json)
+            .join(last_heard, last_heard.c.target_id == Target.id)
+            .where(Target.kind == kind)
+            .order_by(last_heard.c.last.desc())
+        )
+        with self._sessions.begin() as session:
+            return list(session.scalars(query).all())
+
+    def heartbeat(self, worker_id: int) -> None:
+        """Note the worker alive and extend its active leases."""
+        now = utcnow()
+        with self._sessions.begin() as session:
+            _worker(session, worker_id).heartbeat_at = now
+            session.execute(
+                update(LeaseRow)
+                .where(LeaseRow.worker_id == worker_id, LeaseRow.state == LeaseState.ACTIVE)
+                .values(expires_at=now + self._lease)
+            )
+
+    def lease(self, worker_id: int, n: int) -> Lease | None:
+        """Hand up to ``n`` queued candidates of the worker's target to it; None if none wait."""
+        now = utcnow()
+        with self._sessions.begin() as session:
+            target_id = session.scalar(
+                update(Worker)
+                .where(Worker.id == worker_id)
+                .values(heartbeat_at=now)
+                .returning(Worker.target_id)
+            )
+            if target_id is None:
+                raise NotFound(f"no worker with id {worker_id}; register first")
+            if now >= self._next_expiry:
+                self._expire(session, now)
+            lease = LeaseRow(
+                worker_id=worker_id,
+                created_at=now,
+                expires_at=now + self._lease,
+                state=LeaseState.ACTIVE,
+            )
+            session.add(lease)
+            session.flush()
+            waiting = (
+                select(Candidate.id)
+                .join(TuningJob, TuningJob.id == Candidate.job_id)
+                .where(
+                    Candidate.state == CandidateState.QUEUED,
+                    Candidate.target_id == target_id,
+                    TuningJob.status == JobStatus.RUNNING.value,
+                )
+                .order_by(Candidate.queue_position, Candidate.id)
+                .limit(n)
+                .with_for_update(of=Candidate, skip_locked=True)
+            )
+            claimed = session.scalars(
+                update(Candidate)
+                .where(Candidate.id.in_(waiting.scalar_subquery()))
+                .values(state=CandidateState.LEASED, lease_id=lease.id)
+                .returning(Candidate.id)
+                .execution_options(synchronize_session=False)
+            ).all()
+            if not claimed:
+                session.delete(lease)
+                return None
+            return Lease(lease.id, worker_id, lease.expires_at, self._leased(session, claimed))
+
+    def report(
+        self, worker_id: int, lease_id: int, results: Sequence[ReportedResult]
+    ) -> ReportOutcome:
+        """Store the measurements of a lease's candidates (idempotent; see the module contract).
+
+        A ``crash`` result is a strike: the candidate goes back to the queue, or is poisoned at
+        its second strike. The lease's candidates without a result go back to the queue.
+        """
+        requeued = poisoned = 0
+        with self._sessions.begin() as session:
+            found = session.execute(
+                select(LeaseRow, Worker.device_id)
+                .join(Worker, Worker.id == LeaseRow.worker_id)
+                .where(LeaseRow.id == lease_id, LeaseRow.worker_id == worker_id)
+            ).one_or_none()
+            if found is None:
+                raise NotFound(f"worker {worker_id} holds no lease {lease_id}")
+            lease, device_id = found
+            open_candidates = {
+                candidate.id: candidate
+                for candidate in session.scalars(
+                    select(Candidate)
+                    .where(
+                        Candidate.id.in_([item.candidate_id for item in results]),
+                        Candidate.state.in_(_OUTSTANDING),
+                    )
+                    .with_for_update()
+                )
+            }
+            measured: list[ReportedResult] = []
+            for item in results:
+                candidate = open_candidates.get(item.candidate_id)
+                if candidate is None:
+                    continue
+                if item.result.error_kind is ErrorKind.CRASH:
+                    struck = self._strike(session, candidate, item.result.error_msg or "crashed")
+                    poisoned += struck
+                    requeued += not struck
+                else:
+                    measured.append(item)
+            stored = self._log.store_measurements(
+                session,
+                [
+                    NewMeasurement(item.candidate_id, item.result, item.verified, device_id)
+                    for item in measured
+                ],
+                {
+                    candidate.id: (candidate.workload_id, candidate.target_id)
+                    for candidate in open_candidates.values()
+                },
+            )
+            if lease.state is LeaseState.ACTIVE:
+                lease.state = LeaseState.REPORTED
+                self._requeue_unreported(session, lease_id)
+        ignored = len(results) - len(stored) - requeued - poisoned
+        return ReportOutcome(len(stored), ignored, requeued, poisoned)
+
+    def release(self, worker_id: int, lease_id: int) -> int:
+        """Give a lease's unmeasured candidates back to the queue, without a strike."""
+        with self._sessions.begin() as session:
+            lease = session.get(LeaseRow, lease_id)
+            if lease is None or lease.worker_id != worker_id:
+                raise NotFound(f"worker {worker_id} holds no lease {lease_id}")
+            lease.state = LeaseState.REPORTED
+            return self._requeue_unreported(session, lease_id)
+
+    def expire_leases(self) -> int:
+        """Expire leases whose worker stopped heartbeating; returns how many expired."""
+        with self._sessions.begin() as session:
+            return self._expire(session, utcnow())
+
+    def metrics(self) -> QueueMetrics:
+        now = utcnow()
+        with self._sessions.begin() as session:
+            states = dict(
+                session.execute(
+                    select(Candidate.state, func.count(Candidate.id))
+                    .where(Candidate.state.in_(_OUTSTANDING))
+                    .group_by(Candidate.state)
+                ).all()
+            )
+            jobs = dict(
+                session.execute(
+                    select(TuningJob.status, func.count(TuningJob.id)).group_by(TuningJob.status)
+                ).all()
+            )
+            return QueueMetrics(
+                queued=states.get(CandidateState.QUEUED, 0),
+                leased=states.get(CandidateState.LEASED, 0),
+                active_leases=_count(session, LeaseRow.id, LeaseRow.state == LeaseState.ACTIVE),
+                workers_alive=_count(
+                    session, Worker.id, Worker.heartbeat_at >= now - self._worker_timeout
+                ),
+                results_last_minute=_count(
+                    session, Measurement.id, Measurement.finished_at >= now - timedelta(minutes=1)
+                ),
+                jobs_by_status={status.value: jobs.get(status.value, 0) for status in JobStatus},
+            )
+
+    def _leased(self, session: Session, candidate_ids: Sequence[int]) -> list[LeasedCandidate]:
+        """The leased candidates with their workload, target and best latency, in one query."""
+        rows = session.execute(
+            select(
+                Candidate.id,
+                Candidate.job_id,
+                Candidate.trace_json,
+                WorkloadRow.name,
+                WorkloadRow.params,
+                WorkloadRow.key,
+                WorkloadRow.source,
+                Target.target_json,
+                BestRecord.median_secs,
+            )
+            .join(WorkloadRow, WorkloadRow.id == Candidate.workload_id)
+            .join(Target, Target.id == Candidate.target_id)
+            .outerjoin(
+                BestRecord,
+                (BestRecord.workload_id == Candidate.workload_id)
+                & (BestRecord.target_id == Candidate.target_id),
+            )
+            .where(Candidate.id.in_(candidate_ids))
+            .order_by(Candidate.queue_position, Candidate.id)
+        ).all()
+        return [
+            LeasedCandidate(
+                candidate_id=row.id,
+                job_id=row.job_id,
+                workload=WorkloadRef(row.name, dict(row.params), row.key, row.source),
+                target=row.target_json,
+                trace_json=row.trace_json,
+                best_latency_secs=row.median_secs,
+            )
+            for row in rows
+        ]
+
+    def _strike(self, session: Session, candidate: Candidate, reason: str) -> bool:
+        """Count a lost measuring process against a candidate; True if that poisoned it."""
+        candidate.strikes += 1
+        candidate.lease_id = None
+        if candidate.strikes < STRIKES_TO_POISON:
+            candidate.state = CandidateState.QUEUED
+            return False
+        candidate.state = CandidateState.POISONED
+        now = utcnow()
+        session.add(
+            Measurement(
+                candidate_id=candidate.id,
+                samples=[],
+                median_secs=None,
+                error_kind=ErrorKind.CRASH.value,
+                error_msg=f"poisoned after {candidate.strikes} lost measuring processes; "
+                f"last: {reason}",
+                verified=False,
+                started_at=now,
+                finished_at=now,
+            )
+        )
+        return True
+
+    def _requeue_unreported(self, session: Session, lease_id: int) -> int:
+        return len(
+            session.scalars(
+                update(Candidate)
+                .where(Candidate.lease_id == lease_id, Candidate.state == CandidateState.LEASED)
+                .values(state=CandidateState.QUEUED, lease_id=None)
+                .returning(Candidate.id)
+                .execution_options(synchronize_session=False)
+            ).all()
+        )
+
+    def _expire(self, session: Session, now: datetime) -> int:
+        self._next_expiry = now + self._expiry_interval
+        expired = session.scalars(
+            update(LeaseRow)
+            .where(LeaseRow.state == LeaseState.ACTIVE, LeaseRow.expires_at < now)
+            .values(state=LeaseState.EXPIRED)
+            .returning(LeaseRow.id)
+            .execution_options(synchronize_session=False)
+        ).all()
+        if expired:
+            held = session.scalars(
+                select(Candidate)
+                .where(Candidate.lease_id.in_(expired), Candidate.state == CandidateState.LEASED)
+                .with_for_update()
+            ).all()
+            for candidate in held:
+                self._strike(session, candidate, "the lease expired without a report")
+        return len(expired)
+
+
+def _worker(session: Session, worker_id: int) -> Worker:
+    worker = session.get(Worker, worker_id)
+    if worker is None:
+        raise NotFound(f"no worker with id {worker_id}; register first")
+    return worker
+
+
+def _count(session: Session, column: object, condition: object) -> int:
+    return session.scalar(select(func.count(column)).where(condition)) or 0

@@ -1,0 +1,74 @@
+"""Helpers shared by the tests: a free loopback port, waiting for a condition, running the
+`autosched` command line in a process of its own, and a measurer that builds nothing."""
+
+from __future__ import annotations
+
+import hashlib
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+
+from autosched.records import MeasureResult, WorkloadRef
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_for(condition: Callable[[], bool], what: str, timeout: float = 300) -> None:
+    """Poll ``condition`` until it holds; AssertionError naming ``what`` after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.2)
+
+
+def autosched(
+    *args: str, cwd: Path, check: bool = True, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run `python -m autosched ARGS` in ``cwd``; with ``check``, a non-zero exit fails the test."""
+    result = subprocess.run(
+        [sys.executable, "-m", "autosched", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+    )
+    if check and result.returncode != 0:
+        raise AssertionError(f"autosched {' '.join(args)} failed:\n{result.stderr}")
+    return result
+
+
+class SyntheticMeasurer:
+    """A Measurer that builds and runs nothing: each candidate takes ``secs`` and its latency is a
+    hash of its trace, so answers repeat; every result verifies."""
+
+    def __init__(self, secs: float = 0.0) -> None:
+        self.secs = secs
+        self.measured: list[str] = []
+
+    def measure(self, workload: WorkloadRef, traces: Sequence[str]) -> list[MeasureResult]:
+        results = []
+        for trace in traces:
+            time.sleep(self.secs)
+            self.measured.append(trace)
+            digest = int(hashlib.sha256(trace.encode()).hexdigest()[:8], 16)
+            now = datetime.now(UTC)
+            latency = 1e-3 * (1 + digest / 2**32)
+            results.append(MeasureResult(samples=(latency,), started_at=now, finished_at=now))
+        return results
+
+    def verify(self, workload: WorkloadRef, trace: str, seed: int) -> MeasureResult | None:
+        return None
+
+    def close(self) -> None:
+        pass

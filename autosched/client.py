@@ -23,13 +23,10 @@ from autosched.protocol import (
     JobCreate,
     JobPublic,
     JobsPublic,
-    Lease,
     LeasePublic,
     LeaseRequest,
     RecordsPublic,
     ReleasePublic,
-    ReportedResult,
-    ReportOutcome,
     ReportOutcomePublic,
     ReportRequest,
     ResultIn,
@@ -37,6 +34,7 @@ from autosched.protocol import (
     WorkerRegister,
     WorkloadsPublic,
 )
+from autosched.records import Lease, ReportedResult, ReportOutcome
 
 API = "/api/v1"
 _REFUSALS: dict[int, type[UserError]] = {404: NotFound, 409: Conflict}

@@ -1,15 +1,14 @@
-"""The wire protocol of the tuning service, shared by the server, the HTTP client and the workers.
+"""The wire protocol of the tuning service: the REST API's request and response bodies (pydantic),
+shared by the server, the HTTP client and the workers, with conversions to and from the records
+that the stores and the worker daemon pass in-process (``autosched.records``).
 
-The worker protocol's messages (``Lease``, ``LeasedCandidate``, ``ReportedResult``,
-``ReportOutcome``) are plain data, the same in-process and over HTTP; the REST API's request and
-response bodies are pydantic models with conversions to and from those records. Nothing here
-imports TVM, SQL or FastAPI, so a worker or a client loads only this, the records and pydantic.
+Nothing here imports TVM, SQL or FastAPI, so a worker or a client loads only this, the records,
+the list of strategy names and pydantic.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
@@ -27,61 +26,18 @@ from autosched.records import (
     ErrorKind,
     JobProgress,
     JobStatus,
+    Lease,
+    LeasedCandidate,
     MeasureResult,
     RecordView,
+    ReportedResult,
+    ReportOutcome,
     SummaryRow,
     TargetInfo,
     WorkloadInfo,
     WorkloadRef,
 )
 from autosched.search.registry import DEFAULT_STRATEGY, STRATEGY_NAMES
-
-# The worker protocol.
-
-
-@dataclass(frozen=True)
-class LeasedCandidate:
-    """A candidate handed to a worker, which verifies results faster than ``best_latency_secs``."""
-
-    candidate_id: int
-    job_id: int
-    workload: WorkloadRef
-    target: dict
-    trace_json: str
-    best_latency_secs: float | None
-
-
-@dataclass(frozen=True)
-class Lease:
-    """Candidates held by worker ``worker_id`` until ``expires_at``; heartbeats extend it."""
-
-    id: int
-    worker_id: int
-    expires_at: datetime
-    candidates: list[LeasedCandidate]
-
-
-@dataclass(frozen=True)
-class ReportedResult:
-    """A worker's measurement of a leased candidate; ``verified`` if checked against the
-    reference."""
-
-    candidate_id: int
-    result: MeasureResult
-    verified: bool
-
-
-@dataclass(frozen=True)
-class ReportOutcome:
-    """What became of a report: stored, ignored (measured already), requeued or poisoned."""
-
-    stored: int
-    ignored: int
-    requeued: int
-    poisoned: int
-
-
-# The REST API's bodies.
 
 MAX_ID = 2**31 - 1  # ids and seeds are 32-bit integers in the database
 MAX_TRIALS = 100_000

@@ -186,3 +186,48 @@ class JobProgress:
     best_latency_secs: float | None
     curve: list[tuple[int, float]]
     cost_model_id: int | None = None  # the shared cost model version its search started from
+
+
+# The worker protocol's messages, in-process (``autosched.protocol`` has their wire form).
+
+
+@dataclass(frozen=True)
+class LeasedCandidate:
+    """A candidate handed to a worker, which verifies results faster than ``best_latency_secs``."""
+
+    candidate_id: int
+    job_id: int
+    workload: WorkloadRef
+    target: dict
+    trace_json: str
+    best_latency_secs: float | None
+
+
+@dataclass(frozen=True)
+class Lease:
+    """Candidates held by worker ``worker_id`` until ``expires_at``; heartbeats extend it."""
+
+    id: int
+    worker_id: int
+    expires_at: datetime
+    candidates: list[LeasedCandidate]
+
+
+@dataclass(frozen=True)
+class ReportedResult:
+    """A worker's measurement of a leased candidate; ``verified`` if checked against the
+    reference."""
+
+    candidate_id: int
+    result: MeasureResult
+    verified: bool
+
+
+@dataclass(frozen=True)
+class ReportOutcome:
+    """What became of a report: stored, ignored (measured already), requeued or poisoned."""
+
+    stored: int
+    ignored: int
+    requeued: int
+    poisoned: int

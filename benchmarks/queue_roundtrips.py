@@ -22,8 +22,7 @@ from sqlalchemy import create_engine, make_url, text
 from autosched.log import TuningLog
 from autosched.log.jobs import JobStore
 from autosched.log.leases import LeaseQueue
-from autosched.protocol import ReportedResult
-from autosched.records import MeasureResult
+from autosched.records import MeasureResult, ReportedResult
 from autosched.workloads import get_workload
 
 TARGET = {"kind": "llvm", "mcpu": "skylake-avx512", "num-cores": 2}

@@ -13,8 +13,7 @@ from autosched.log import TuningLog
 from autosched.log.jobs import JobStore
 from autosched.log.leases import LeaseQueue
 from autosched.log.subjects import ensure_subject
-from autosched.protocol import ReportedResult
-from autosched.records import CandidateResult, JobStatus, MeasureResult, WorkloadRef
+from autosched.records import CandidateResult, JobStatus, MeasureResult, ReportedResult, WorkloadRef
 from autosched.schedule import BASELINE_TRACE, apply_trace, program_hash
 from autosched.target import device_fingerprint, host_target
 from autosched.tuner import TuneOptions, tune

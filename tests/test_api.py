@@ -23,8 +23,7 @@ from autosched.client import ServiceClient
 from autosched.errors import ServiceUnavailable, UserError
 from autosched.log.jobs import JobStore
 from autosched.log.tokens import Role, TokenStore
-from autosched.protocol import ReportedResult
-from autosched.records import MeasureResult
+from autosched.records import MeasureResult, ReportedResult
 from autosched.schedule import BASELINE_TRACE
 from autosched.target import canonical_target, target_key
 from autosched.workloads import get_workload

@@ -13,8 +13,7 @@ from autosched.errors import UserError
 from autosched.log import TuningLog
 from autosched.log.jobs import JobStore
 from autosched.log.leases import LeaseQueue
-from autosched.protocol import ReportedResult
-from autosched.records import ErrorKind, JobStatus, MeasureResult
+from autosched.records import ErrorKind, JobStatus, MeasureResult, ReportedResult
 from autosched.workloads import get_workload
 
 TARGET = {"kind": "llvm", "mcpu": "skylake-avx512", "num-cores": 2}

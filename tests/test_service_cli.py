@@ -29,8 +29,7 @@ from autosched.client import ServiceClient
 from autosched.log import TuningLog
 from autosched.log.jobs import JobStore
 from autosched.log.tokens import Role, TokenStore
-from autosched.protocol import ReportedResult
-from autosched.records import MeasureResult
+from autosched.records import MeasureResult, ReportedResult
 from autosched.schedule import BASELINE_TRACE
 
 SHAPE = ["-p", "M=16", "-p", "N=16", "-p", "K=16"]

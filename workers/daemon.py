@@ -20,7 +20,7 @@ from typing import Protocol, TypeVar
 from autosched.background import BackgroundLoop
 from autosched.errors import Cancelled, ServiceUnavailable
 from autosched.measure import CorrectnessGate, LocalMeasurer, MeasureConfig, Measurer
-from autosched.protocol import Lease, LeasedCandidate, ReportedResult, ReportOutcome
+from autosched.records import Lease, LeasedCandidate, ReportedResult, ReportOutcome
 from autosched.target import device_fingerprint
 
 logger = logging.getLogger(__name__)

@@ -39,8 +39,15 @@ from autosched.log.models import Lease as LeaseRow
 from autosched.log.models import Workload as WorkloadRow
 from autosched.log.store import NewMeasurement, TuningLog
 from autosched.log.subjects import ensure_target
-from autosched.protocol import Lease, LeasedCandidate, ReportedResult, ReportOutcome
-from autosched.records import ErrorKind, JobStatus, WorkloadRef
+from autosched.records import (
+    ErrorKind,
+    JobStatus,
+    Lease,
+    LeasedCandidate,
+    ReportedResult,
+    ReportOutcome,
+    WorkloadRef,
+)
 
 STRIKES_TO_POISON = 2
 _OUTSTANDING = (CandidateState.QUEUED, CandidateState.LEASED)

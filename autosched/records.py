@@ -22,7 +22,7 @@ class ErrorKind(str, Enum):
     RUN_TIMEOUT = "run_timeout"  # the program ran past its time limit
     CRASH = "crash"  # the measuring process died (segfault, abort, out of memory)
     INCORRECT = "incorrect"  # the program ran but its result differs from the reference
-    # a replayed log (autosched.measure.replay) holds no measurement of the program: nothing ran
+    # a replayed log (autosched.replay) holds no measurement of the program: nothing ran
     UNRECORDED = "unrecorded"
 
 

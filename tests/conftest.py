@@ -1,5 +1,6 @@
 """Shared fixtures: ``db_url`` runs a test once on SQLite and once on PostgreSQL; ``log`` is the
-tuning log on it. Plain helpers live in ``helpers.py``.
+tuning log on it; ``cli`` runs the command line in the test's process. Plain helpers live in
+``helpers.py``.
 
 The PostgreSQL variant gets a fresh database per test on the server at ``$AUTOSCHED_TEST_PG``
 (default ``postgresql+psycopg://root@127.0.0.1:5432/test``) and is skipped if that is unreachable.
@@ -8,15 +9,18 @@ The PostgreSQL variant gets a fresh database per test on the server at ``$AUTOSC
 from __future__ import annotations
 
 import os
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from helpers import Cli, CliResult
 from sqlalchemy import Engine, create_engine, make_url, text
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.pool import NullPool
 
+from autosched.cli.main import main
 from autosched.log import TuningLog
 
 PG_ADMIN_URL = os.environ.get("AUTOSCHED_TEST_PG", "postgresql+psycopg://root@127.0.0.1:5432/test")
@@ -64,6 +68,26 @@ def log(db_url: str) -> Iterator[TuningLog]:
     """The tuning log on ``db_url``, closed after the test."""
     with TuningLog(db_url) as opened:
         yield opened
+
+
+@pytest.fixture
+def cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Cli:
+    """Runs `autosched ARGS` in this process, in ``cwd`` (default ``tmp_path``), with no
+    ``AUTOSCHED_*`` variable set; returns its exit code and output. Tests of what a real process
+    does (signals, a server) spawn one with ``helpers.autosched`` instead."""
+    for name in [name for name in os.environ if name.startswith("AUTOSCHED_")]:
+        monkeypatch.delenv(name)
+
+    def run(*args: str, cwd: Path = tmp_path) -> CliResult:
+        monkeypatch.chdir(cwd)
+        monkeypatch.setattr(sys, "argv", ["autosched", *args])
+        capsys.readouterr()
+        with pytest.raises(SystemExit) as exited:
+            main()
+        out, err = capsys.readouterr()
+        return CliResult(int(exited.value.code or 0), out, err)
+
+    return run
 
 
 @pytest.fixture(autouse=True)

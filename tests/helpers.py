@@ -1,5 +1,6 @@
 """Helpers shared by the tests: a free loopback port, waiting for a condition, running the
-`autosched` command line in a process of its own, and a measurer that builds nothing."""
+`autosched` command line in a process of its own (``conftest.cli`` runs it in-process), threads
+released at once, and a measurer that builds nothing."""
 
 from __future__ import annotations
 
@@ -7,12 +8,38 @@ import hashlib
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TypeVar
+
+import pytest
 
 from autosched.records import MeasureResult, WorkloadRef
+
+T = TypeVar("T")
+
+# Tests whose subject is storage, the queue or the service's fault handling run on both databases
+# (the ``db_url`` fixture); those whose subject is search or measurement need one.
+on_sqlite = pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+on_postgresql = pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)
+
+
+@dataclass
+class CliResult:
+    """How a command of the `autosched` CLI ended, and what it printed."""
+
+    code: int
+    out: str
+    err: str
+
+
+Cli = Callable[..., CliResult]
+"""The ``cli`` fixture: ``cli(*args, cwd=...)`` runs a command in the test's process."""
 
 
 def free_port() -> int:
@@ -46,6 +73,19 @@ def autosched(
     if check and result.returncode != 0:
         raise AssertionError(f"autosched {' '.join(args)} failed:\n{result.stderr}")
     return result
+
+
+def run_at_once(count: int, task: Callable[[], T]) -> list[T]:
+    """Run ``task`` in ``count`` threads released together."""
+    barrier = threading.Barrier(count)
+
+    def synchronized() -> T:
+        barrier.wait()
+        return task()
+
+    with ThreadPoolExecutor(count) as pool:
+        futures = [pool.submit(synchronized) for _ in range(count)]
+        return [future.result() for future in futures]
 
 
 class SyntheticMeasurer:

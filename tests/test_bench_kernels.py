@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from helpers import autosched
 
 from autosched.bench.kernels import SUITES, KernelRow, plot_rows, suite_cases
 from autosched.errors import UserError
@@ -50,16 +49,15 @@ def test_suites_name_valid_workloads_and_bad_requests_are_user_errors() -> None:
         suite_cases(None, ["matmul", "softmax"], {"M": "8"})
 
 
+@pytest.mark.slow
 def test_bench_json_has_every_field_for_a_tiny_run(tmp_path: Path) -> None:
     calibration = tmp_path / "calibration.json"
     save_calibration(host_target(), CALIBRATION, calibration)
-    result = subprocess.run(
-        [sys.executable, "-m", "autosched", "bench", "kernels", "matmul", "-p", "M=16",
-         "-p", "N=16", "-p", "K=16", "--trials", "2", "--json", "--plot", "chart.png"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=300,
-        env={**os.environ, "AUTOSCHED_CALIBRATION": str(calibration)},
+    result = autosched(
+        "bench", "kernels", "matmul", "-p", "M=16", "-p", "N=16", "-p", "K=16",
+        "--trials", "2", "--json", "--plot", "chart.png",
+        cwd=tmp_path, env={**os.environ, "AUTOSCHED_CALIBRATION": str(calibration)},
     )  # fmt: skip
-    assert result.returncode == 0, result.stderr
     document = json.loads(result.stdout)
     assert document["calibration"]["peak_gflops"] == 100.0
     (row,) = document["rows"]

@@ -8,8 +8,8 @@ from itertools import pairwise
 from pathlib import Path
 
 import pytest
+from helpers import Cli, autosched
 from recorded import DATA, load_recording
-from test_cli import autosched
 
 from autosched.log import TuningLog
 from autosched.target import host_target
@@ -28,6 +28,7 @@ def _check_curves(result: dict, arms: list[str], seeds: int, trials: int) -> Non
         assert bests[-1] >= result["best_us"]
 
 
+@pytest.mark.slow
 def test_every_arm_on_the_replay_simulator(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'recorded.db'}"
     with TuningLog(url) as log:
@@ -51,6 +52,7 @@ def test_every_arm_on_the_replay_simulator(tmp_path: Path) -> None:
     assert plot.read_bytes().startswith(b"\x89PNG")
 
 
+@pytest.mark.slow
 def test_real_builds_and_timings_without_a_source_log(tmp_path: Path) -> None:
     result = autosched(
         "bench", "search", "matmul", "-p", "M=32", "-p", "N=32", "-p", "K=32", "--trials", "4",
@@ -70,11 +72,9 @@ def test_real_builds_and_timings_without_a_source_log(tmp_path: Path) -> None:
     ],
 )
 def test_bad_bench_search_input_is_a_one_line_error(
-    tmp_path: Path, args: list[str], message: str
+    cli: Cli, tmp_path: Path, args: list[str], message: str
 ) -> None:
     TuningLog(f"sqlite:///{tmp_path / 'empty.db'}").close()
-    result = autosched(
-        "bench", "search", "matmul", *SHAPE, "--trials", "4", *args, cwd=tmp_path, check=False
-    )
-    assert result.returncode == 2
-    assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    result = cli("bench", "search", "matmul", *SHAPE, "--trials", "4", *args)
+    assert result.code == 2
+    assert message in result.err and len(result.err.strip().splitlines()) == 1

@@ -3,18 +3,20 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
+
+import pytest
+from helpers import autosched
+
+# Builds real programs or starts processes.
+pytestmark = pytest.mark.slow
 
 
 def test_check_passes_untuned_tuned_and_peer_for_int8_vnni(tmp_path: Path) -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "autosched", "check", "matmul_int8", "-p", "M=16", "-p", "N=32",
-         "-p", "K=16", "-p", "layout=vnni", "--trials", "4", "--json"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=300,
+    result = autosched(
+        "check", "matmul_int8", "-p", "M=16", "-p", "N=32", "-p", "K=16", "-p", "layout=vnni",
+        "--trials", "4", "--json", cwd=tmp_path,
     )  # fmt: skip
-    assert result.returncode == 0, result.stderr
     stages = {row["stage"]: row for row in json.loads(result.stdout)}
     assert set(stages) == {"untuned", "tuned", "peer"}
     assert all(row["ok"] for row in stages.values()), stages
@@ -22,9 +24,6 @@ def test_check_passes_untuned_tuned_and_peer_for_int8_vnni(tmp_path: Path) -> No
 
 
 def test_check_of_an_unknown_workload_is_a_one_line_error(tmp_path: Path) -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "autosched", "check", "no_such_kernel"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+    result = autosched("check", "no_such_kernel", cwd=tmp_path, check=False)
     assert result.returncode == 2
     assert "unknown workload 'no_such_kernel'" in result.stderr

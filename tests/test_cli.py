@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tvm
+from helpers import Cli, autosched
 from sqlalchemy import create_engine, text
 from tvm.s_tir import meta_schedule as ms
 
@@ -20,19 +21,6 @@ from autosched.target import host_target, to_tvm_target
 from autosched.workloads import get_workload
 
 SHAPE = ["-p", "M=64", "-p", "N=64", "-p", "K=64"]
-
-
-def autosched(*args: str, cwd: Path, check: bool = True) -> subprocess.CompletedProcess[str]:
-    result = subprocess.run(
-        [sys.executable, "-m", "autosched", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    if check and result.returncode != 0:
-        raise AssertionError(f"autosched {' '.join(args)} failed:\n{result.stderr}")
-    return result
 
 
 def run_matmul(module: tvm.runtime.Module) -> None:
@@ -55,6 +43,7 @@ def tuned(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     return work, json.loads(result.stdout)
 
 
+@pytest.mark.slow
 def test_tune_prints_the_report_as_json(tuned: tuple[Path, dict]) -> None:
     work, report = tuned
     assert (work / "autosched.db").exists()
@@ -68,6 +57,7 @@ def test_tune_prints_the_report_as_json(tuned: tuple[Path, dict]) -> None:
     assert report["target"]["kind"] == "llvm"
 
 
+@pytest.mark.slow
 def test_log_lists_the_tuned_workload(tuned: tuple[Path, dict]) -> None:
     work, report = tuned
     (row,) = json.loads(autosched("log", "--json", cwd=work).stdout)
@@ -78,6 +68,7 @@ def test_log_lists_the_tuned_workload(tuned: tuple[Path, dict]) -> None:
     assert "matmul" in table and "M=64" in table
 
 
+@pytest.mark.slow
 def test_export_tvmscript_loads_and_computes_matmul(tuned: tuple[Path, dict]) -> None:
     work, _ = tuned
     autosched("export", "matmul", *SHAPE, "--format", "tvmscript", "-o", "best.py", cwd=work)
@@ -85,6 +76,7 @@ def test_export_tvmscript_loads_and_computes_matmul(tuned: tuple[Path, dict]) ->
     run_matmul(tvm.compile(func, target=to_tvm_target(host_target())).jit())
 
 
+@pytest.mark.slow
 def test_export_metaschedule_db_is_used_by_compile_tir(tuned: tuple[Path, dict]) -> None:
     work, _ = tuned
     autosched("export", "matmul", *SHAPE, "--format", "metaschedule-db", "-o", "msdb", cwd=work)
@@ -97,6 +89,7 @@ def test_export_metaschedule_db_is_used_by_compile_tir(tuned: tuple[Path, dict])
     run_matmul(tvm.compile(sch.mod, target=target).jit())
 
 
+@pytest.mark.slow
 def test_export_library_runs_and_describes_its_signature(tuned: tuple[Path, dict]) -> None:
     work, report = tuned
     autosched("export", "matmul", *SHAPE, "--format", "library", "-o", "lib/mm.so", cwd=work)
@@ -108,6 +101,7 @@ def test_export_library_runs_and_describes_its_signature(tuned: tuple[Path, dict
     assert sidecar["median_latency_us"] == pytest.approx(report["best_latency_us"])
 
 
+@pytest.mark.slow
 def test_workloads_lists_parameters_and_defaults(tmp_path: Path) -> None:
     listing = {
         w["name"]: w for w in json.loads(autosched("workloads", "--json", cwd=tmp_path).stdout)
@@ -136,19 +130,20 @@ BAD_INPUT = [
 
 @pytest.mark.parametrize(("args", "mentions"), BAD_INPUT, ids=[" ".join(a) for a, _ in BAD_INPUT])
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(
-    tmp_path: Path, args: list[str], mentions: str
+    cli: Cli, tmp_path: Path, args: list[str], mentions: str
 ) -> None:
     (tmp_path / "garbage.py").write_text("this is not TVMScript (\n")
-    result = autosched(*args, cwd=tmp_path, check=False)
-    assert result.returncode == 2, result.stderr
-    message = result.stderr.strip()
+    result = cli(*args)
+    assert result.code == 2, result.err
+    message = result.err.strip()
     assert "\n" not in message and "Traceback" not in message
     assert mentions in message
     assert not (tmp_path / "autosched.db").exists()
 
 
+@pytest.mark.slow
 def test_export_with_an_unknown_format_or_an_untuned_workload_exits_2(
-    tuned: tuple[Path, dict],
+    cli: Cli, tuned: tuple[Path, dict]
 ) -> None:
     work, _ = tuned
     for args in (
@@ -156,11 +151,12 @@ def test_export_with_an_unknown_format_or_an_untuned_workload_exits_2(
         ["export", "matmul", "-p", "M=32", "--format", "tvmscript", "-o", "x.py"],
         ["export", "matmul", *SHAPE, "--format", "library", "-o", "x.txt"],
     ):
-        result = autosched(*args, cwd=work, check=False)
-        assert result.returncode == 2 and "\n" not in result.stderr.strip(), result.stderr
+        result = cli(*args, cwd=work)
+        assert result.code == 2 and "\n" not in result.err.strip(), result.err
     assert not (work / "x.py").exists() and not (work / "x.txt").exists()
 
 
+@pytest.mark.slow
 def test_ctrl_c_keeps_completed_batches_and_marks_the_job_interrupted(tmp_path: Path) -> None:
     command = [
         sys.executable,
@@ -213,6 +209,7 @@ def test_ctrl_c_keeps_completed_batches_and_marks_the_job_interrupted(tmp_path: 
     assert orphans == 0
 
 
+@pytest.mark.slow
 def test_a_users_tvmscript_file_is_tuned_and_checked_against_its_unscheduled_program(
     tmp_path: Path,
 ) -> None:
@@ -230,6 +227,7 @@ def test_a_users_tvmscript_file_is_tuned_and_checked_against_its_unscheduled_pro
     run_matmul(tvm.compile(func, target=to_tvm_target(host_target())).jit())
 
 
+@pytest.mark.slow
 def test_tune_and_log_through_a_database_url(db_url: str, tmp_path: Path) -> None:
     tmp_path = tmp_path / "cwd"
     tmp_path.mkdir()

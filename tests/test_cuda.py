@@ -14,9 +14,12 @@ from autosched.target import parse_target
 from autosched.tuner import TuneOptions, tune
 from autosched.workloads import get_workload
 
-pytestmark = pytest.mark.skipif(
-    not tvm.cuda(0).exist, reason="no CUDA GPU on this machine: CUDA tuning is not exercised"
-)
+pytestmark = [
+    pytest.mark.skipif(
+        not tvm.cuda(0).exist, reason="no CUDA GPU on this machine: CUDA tuning is not exercised"
+    ),
+    pytest.mark.slow,  # builds real programs
+]
 
 
 def test_matmul_is_tuned_and_verified_on_the_gpu(tmp_path) -> None:

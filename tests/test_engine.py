@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import threading
-import time
 
+import pytest
 from autosched.server.engine import Engine
 from autosched.workers.daemon import WorkerDaemon
+from helpers import on_sqlite, wait_for
 from recorded import DATA, load_recording
 
 from autosched.costmodel.shared import train_shared
@@ -18,16 +19,13 @@ from autosched.records import JobStatus
 from autosched.target import host_target, target_family
 from autosched.workloads import get_workload
 
+# Builds real programs or starts processes.
+pytestmark = pytest.mark.slow
+
 FAST = MeasureConfig(repeat=2, min_repeat_ms=2, run_timeout_secs=10)
 
 
-def _wait_for(condition, timeout: float = 240.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.2)
-
-
+@on_sqlite
 def test_jobs_are_tuned_to_their_budget_by_engine_and_workers(db_url: str) -> None:
     target = host_target()
     with TuningLog(db_url) as log:
@@ -62,7 +60,7 @@ def test_jobs_are_tuned_to_their_budget_by_engine_and_workers(db_url: str) -> No
         for thread in threads:
             thread.start()
         try:
-            _wait_for(lambda: all(store.job(job).status.final for job in jobs))
+            wait_for(lambda: all(store.job(job).status.final for job in jobs), "the jobs to end")
         finally:
             stop.set()
             engine.stop()

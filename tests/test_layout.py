@@ -72,12 +72,14 @@ def _loaded_after(module: str) -> set[str]:
     return set(result.stdout.split())
 
 
+@pytest.mark.slow
 def test_the_http_client_loads_neither_sql_nor_the_log_nor_tvm() -> None:
     loaded = _loaded_after("autosched.client")
     assert "autosched.client" in loaded and "autosched.protocol" in loaded
     assert not {name for name in loaded if name.startswith(("sqlalchemy", "autosched.log", "tvm"))}
 
 
+@pytest.mark.slow
 def test_the_worker_daemon_loads_no_sql() -> None:
     loaded = _loaded_after("autosched.workers.daemon")
     assert "autosched.measure" in loaded
@@ -101,6 +103,7 @@ def test_the_installed_packages_are_the_trees_and_squat_on_no_generic_name() -> 
     assert set(setuptools["packages"]) == in_tree
 
 
+@pytest.mark.slow
 def test_every_service_command_reaches_the_cli_through_its_entry_point() -> None:
     result = subprocess.run(
         [sys.executable, "-m", "autosched", "--help"], capture_output=True, text=True, check=True

@@ -7,13 +7,11 @@ from __future__ import annotations
 
 import multiprocessing
 import sqlite3
-import threading
-from collections.abc import Callable, Iterator
-from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import TypeVar
 
 import optuna
 import pytest
@@ -22,6 +20,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.config import Config
 from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
+from helpers import run_at_once
 from sqlalchemy import create_engine, inspect, make_url, text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.pool import NullPool
@@ -47,7 +46,6 @@ TABLES = {
     "cost_models",
     "candidate_features",
 }
-T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -59,12 +57,6 @@ class Job:
 
 def _programs(log: TuningLog, workload_id: int, target_id: int) -> set[str]:
     return {record.program_hash for record in log.records(workload_id, target_id)}
-
-
-@pytest.fixture
-def log(db_url: str) -> Iterator[TuningLog]:
-    with TuningLog(db_url) as opened:
-        yield opened
 
 
 def start_job(log: TuningLog, workload_key: str = "w1", target_key: str = "llvm") -> Job:
@@ -106,19 +98,6 @@ def failed(
 ) -> CandidateResult:
     result = MeasureResult(samples=samples, error_kind=kind, error_msg=f"{kind.value} went wrong")
     return CandidateResult(f"trace {program_hash}", program_hash, result, verified=verified)
-
-
-def run_at_once(count: int, task: Callable[[], T]) -> list[T]:
-    """Run ``task`` in ``count`` threads released together."""
-    barrier = threading.Barrier(count)
-
-    def synchronized() -> T:
-        barrier.wait()
-        return task()
-
-    with ThreadPoolExecutor(count) as pool:
-        futures = [pool.submit(synchronized) for _ in range(count)]
-        return [future.result() for future in futures]
 
 
 def test_migrations_create_every_table_and_reopening_changes_nothing(db_url: str) -> None:
@@ -217,6 +196,7 @@ def test_different_logs_opened_at_once_by_threads_all_work(tmp_path: Path) -> No
     assert run_at_once(8, lambda: open_and_ensure_target(next(urls))) == [1] * 8
 
 
+@pytest.mark.slow
 def test_logs_opened_at_once_by_processes_on_a_fresh_database_all_work(db_url: str) -> None:
     context = multiprocessing.get_context("spawn")
     barrier = context.Barrier(3)

@@ -12,7 +12,10 @@ from autosched.schedule import BASELINE_TRACE
 from autosched.target import host_target
 from autosched.workloads import get_workload
 
-FAST = MeasureConfig(repeat=2, min_repeat_ms=1, run_timeout_secs=5, build_timeout_secs=60)
+# Builds real programs or starts processes.
+pytestmark = pytest.mark.slow
+
+FAST = MeasureConfig(repeat=2, min_repeat_ms=1, run_timeout_secs=2.5, build_timeout_secs=60)
 SHAPE = {"M": 32, "N": 32, "K": 32}
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 
@@ -19,12 +18,6 @@ from autosched.workloads import get_workload
 TARGET = {"kind": "llvm", "mcpu": "skylake-avx512", "num-cores": 2}
 OTHER_TARGET = {"kind": "llvm", "mcpu": "znver3", "num-cores": 8}
 FINGERPRINT = {"cpu_model": "test cpu", "physical_cores": 2}
-
-
-@pytest.fixture
-def log(db_url: str) -> Iterator[TuningLog]:
-    with TuningLog(db_url) as opened:
-        yield opened
 
 
 def _running_job(jobs: JobStore, trials: int = 8, name: str = "matmul", m: int = 16) -> int:

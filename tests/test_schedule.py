@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 
+import pytest
 from tvm.s_tir import Schedule
 
 from autosched.schedule import apply_trace, program_hash, trace_to_json
@@ -35,6 +36,7 @@ def test_program_hash_tells_programs_apart_and_is_stable() -> None:
     assert program_hash(_tiled(mod, 8).mod) != program_hash(mod)
 
 
+@pytest.mark.slow
 def test_only_the_target_kinds_tensor_intrinsics_are_registered() -> None:
     script = (
         "import sys\n"

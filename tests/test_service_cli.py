@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -23,8 +22,8 @@ import tvm
 import uvicorn
 from autosched.server.api.app import create_app
 from autosched.server.settings import Settings
+from helpers import Cli, free_port
 
-from autosched.cli.main import main
 from autosched.client import ServiceClient
 from autosched.log import TuningLog
 from autosched.log.jobs import JobStore
@@ -37,30 +36,6 @@ WORKER_TARGET = {"kind": "llvm", "mcpu": "skylake-avx512", "num-cores": 2}
 
 
 @dataclass
-class Cli:
-    code: int
-    out: str
-    err: str
-
-
-@pytest.fixture
-def autosched(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch):
-    """Runs `autosched ARGS` in this process; returns its exit code and output."""
-    monkeypatch.delenv("AUTOSCHED_SERVER", raising=False)
-    monkeypatch.delenv("AUTOSCHED_TOKEN", raising=False)
-
-    def run(*args: str) -> Cli:
-        monkeypatch.setattr(sys, "argv", ["autosched", *args])
-        capsys.readouterr()
-        with pytest.raises(SystemExit) as exited:
-            main()
-        out, err = capsys.readouterr()
-        return Cli(int(exited.value.code or 0), out, err)
-
-    return run
-
-
-@dataclass
 class Server:
     url: str
     jobs: JobStore
@@ -68,16 +43,10 @@ class Server:
     worker: ServiceClient
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[Server]:
     """The API (without engine) served by uvicorn on loopback, in a thread."""
-    port = _free_port()
+    port = free_port()
     app = create_app(Settings(db_url=f"sqlite:///{tmp_path / 'service.db'}", port=port))
     served = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=served.run, daemon=True)
@@ -109,13 +78,11 @@ def _measure_baseline(server: Server, job_id: int, worker_id: int) -> None:
     assert server.worker.report(worker_id, lease.id, reported).stored == 1
 
 
-def test_token_create_prints_a_token_of_the_role(autosched, db_url: str) -> None:
-    created = autosched("token", "create", "--role", "worker", "--db", db_url)
+def test_token_create_prints_a_token_of_the_role(cli: Cli, db_url: str) -> None:
+    created = cli("token", "create", "--role", "worker", "--db", db_url)
     assert created.code == 0, created.err
     token = created.out.strip()
-    described = autosched(
-        "token", "create", "--role", "client", "--name", "ci", "--db", db_url, "--json"
-    )
+    described = cli("token", "create", "--role", "client", "--name", "ci", "--db", db_url, "--json")
     document = json.loads(described.out)
     assert document["role"] == "client" and document["name"] == "ci"
     with TuningLog(db_url) as log:
@@ -123,28 +90,28 @@ def test_token_create_prints_a_token_of_the_role(autosched, db_url: str) -> None
         assert store.authenticate(token) is Role.WORKER
         assert store.authenticate(document["token"]) is Role.CLIENT
         assert store.authenticate(token + "x") is None
-    refused = autosched("token", "create", "--role", "admin", "--db", db_url)
+    refused = cli("token", "create", "--role", "admin", "--db", db_url)
     assert refused.code == 2 and "admin" in refused.err
 
 
-def test_submit_status_and_export_from_a_server(autosched, server: Server, tmp_path: Path) -> None:
+def test_submit_status_and_export_from_a_server(cli: Cli, server: Server, tmp_path: Path) -> None:
     worker_id = server.worker.register_worker(name="w", target=WORKER_TARGET, fingerprint={})
     remote = ["--server", server.url, "--token", server.client_token]
 
-    submitted = autosched(
+    submitted = cli(
         "submit", "matmul", *SHAPE, "--trials", "4", "--seed", "3", "--strategy", "tpe", *remote
     )
     assert submitted.code == 0, submitted.err
     job_id = int(submitted.out)
-    listed = autosched("status", *remote)
+    listed = cli("status", *remote)
     assert "matmul" in listed.out and "queued" in listed.out
-    shown = json.loads(autosched("status", str(job_id), "--json", *remote).out)
+    shown = json.loads(cli("status", str(job_id), "--json", *remote).out)
     assert shown["id"] == job_id and shown["seed"] == 3 and shown["trials"] == 4
     assert shown["strategy"] == "tpe"
 
     _measure_baseline(server, job_id, worker_id)
     output = tmp_path / "best.py"
-    exported = autosched(
+    exported = cli(
         "export",
         "matmul",
         *SHAPE,
@@ -161,11 +128,11 @@ def test_submit_status_and_export_from_a_server(autosched, server: Server, tmp_p
 
     with ServiceClient(server.url, server.client_token) as client:
         client.cancel(job_id)
-    watched = autosched("status", str(job_id), "--watch", "--interval", "0.1", *remote)
+    watched = cli("status", str(job_id), "--watch", "--interval", "0.1", *remote)
     assert watched.code == 0 and "cancelled" in watched.out
 
 
-def test_service_commands_fail_with_one_line(autosched, server: Server, tmp_path: Path) -> None:
+def test_service_commands_fail_with_one_line(cli: Cli, server: Server, tmp_path: Path) -> None:
     remote = ["--server", server.url, "--token", server.client_token]
     for args, code, message in [
         (["submit", "nope", *remote], 2, "unknown workload 'nope'"),
@@ -185,17 +152,18 @@ def test_service_commands_fail_with_one_line(autosched, server: Server, tmp_path
         (["export", "matmul", *SHAPE, *remote], 2, "no workload"),
         (["serve", "--no-auth", "--host", "0.0.0.0"], 2, "loopback"),
     ]:
-        result = autosched(*args)
+        result = cli(*args)
         assert result.code == code, (args, result.err)
         assert message in result.err and len(result.err.strip().splitlines()) == 1, (
             args,
             result.err,
         )
-    assert autosched("status", *remote).out.count("matmul") == 0
+    assert cli("status", *remote).out.count("matmul") == 0
 
 
+@pytest.mark.slow
 def test_serve_answers_until_sigterm(tmp_path: Path) -> None:
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, "AUTOSCHED_DB": f"sqlite:///{tmp_path / 'served.db'}"}
     process = subprocess.Popen(
         [sys.executable, "-m", "autosched", "serve", "--no-auth", "--port", str(port)],

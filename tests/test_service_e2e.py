@@ -9,37 +9,25 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
+from helpers import free_port, on_postgresql, wait_for
 
 from autosched.log import TuningLog
 from autosched.target import target_key
+
+# Builds real programs or starts processes.
+pytestmark = pytest.mark.slow
 
 API = "/api/v1"
 MATMUL = {"name": "matmul", "params": {"M": 32, "N": 32, "K": 32}}
 SOFTMAX = {"name": "softmax", "params": {"rows": 8, "cols": 32}}
 FAST_SERVICE = {"AUTOSCHED_LEASE_SECS": "4", "AUTOSCHED_CLAIM_SECS": "4"}
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _wait_for(condition: Callable[[], bool], what: str, timeout: float = 300) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.3)
 
 
 class Service:
@@ -48,7 +36,7 @@ class Service:
     def __init__(self, db_url: str, workdir: Path) -> None:
         self.db_url = db_url
         self.workdir = workdir
-        self.port = _free_port()
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.env = {**os.environ, **FAST_SERVICE}
         self.client_token = self._token("client")
@@ -85,7 +73,7 @@ class Service:
 
     def start_server(self) -> None:
         self.server = self._spawn("server", "serve", "--db", self.db_url, "--port", str(self.port))
-        _wait_for(self._healthy, "the server to answer")
+        wait_for(self._healthy, "the server to answer")
 
     def _healthy(self) -> bool:
         assert self.server is not None and self.server.poll() is None, "the server died"
@@ -100,7 +88,7 @@ class Service:
         worker = self._spawn(f"worker{len(self.workers)}", "worker", *args)
         self.workers.append(worker)
         alive = sum(process.poll() is None for process in self.workers)
-        _wait_for(lambda: self._workers_alive() >= alive, "the worker to register")
+        wait_for(lambda: self._workers_alive() >= alive, "the worker to register")
         return worker
 
     def _workers_alive(self) -> float:
@@ -138,7 +126,7 @@ class Service:
 
     def wait_until_ended(self, *jobs: int) -> None:
         ended = ("finished", "cancelled", "failed", "interrupted")
-        _wait_for(lambda: all(self.job(job)["status"] in ended for job in jobs), "the jobs")
+        wait_for(lambda: all(self.job(job)["status"] in ended for job in jobs), "the jobs")
 
     def stop(self) -> None:
         self.http.close()
@@ -215,7 +203,6 @@ def test_jobs_are_tuned_through_the_api_sharing_the_workers(service: Service) ->
 
 
 # Fault tests run on PostgreSQL, the production queue; the happy path runs on both backends.
-on_postgresql = pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)
 
 
 @on_postgresql
@@ -223,7 +210,7 @@ def test_a_killed_workers_lease_is_measured_by_another_worker(service: Service) 
     service.start_server()
     doomed = service.start_worker()
     job = service.submit(MATMUL, trials=6, batch_size=2, seed=4)
-    _wait_for(
+    wait_for(
         lambda: "autosched_leases_active 1" in httpx.get(f"{service.url}/metrics").text,
         "the worker to hold a lease",
     )
@@ -239,7 +226,7 @@ def test_a_job_resumes_after_the_server_is_killed(service: Service) -> None:
     service.start_server()
     service.start_worker()
     job = service.submit(MATMUL, trials=8, batch_size=2, seed=5)
-    _wait_for(lambda: service.job(job)["trials_done"] >= 2, "the first measurements")
+    wait_for(lambda: service.job(job)["trials_done"] >= 2, "the first measurements")
     assert service.server is not None
     service.server.send_signal(signal.SIGKILL)
     service.server.wait()

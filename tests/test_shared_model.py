@@ -11,9 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 from autosched.server.trainer import ModelTrainer
+from helpers import Cli, autosched, run_at_once
 from recorded import DATA, load_recording
-from test_cli import autosched
-from test_log import run_at_once
 
 from autosched.costmodel.dataset import load_dataset
 from autosched.costmodel.evaluation import leave_workload_out, pairwise_accuracy, top_k_score
@@ -133,6 +132,7 @@ def test_the_service_trainer_trains_each_family_that_grew(recorded: TuningLog) -
     assert CostModelStore(recorded).latest(FAMILY) is not None
 
 
+@pytest.mark.slow
 def test_a_job_records_the_version_it_started_from(tmp_path: Path) -> None:
     target = host_target()
     workload = get_workload("matmul", {"M": 32, "N": 32, "K": 32})
@@ -154,6 +154,7 @@ def test_a_job_records_the_version_it_started_from(tmp_path: Path) -> None:
         assert warm.as_json()["cost_model"] == {"id": model.id, "family": FAMILY, "version": 1}
 
 
+@pytest.mark.slow
 def test_model_train_list_and_eval_on_the_command_line(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'log.db'}"
     with TuningLog(url) as log:
@@ -193,9 +194,9 @@ def test_model_train_list_and_eval_on_the_command_line(tmp_path: Path) -> None:
     ],
 )
 def test_bad_model_commands_are_one_line_errors(
-    tmp_path: Path, args: list[str], message: str
+    cli: Cli, tmp_path: Path, args: list[str], message: str
 ) -> None:
     TuningLog(f"sqlite:///{tmp_path / 'log.db'}").close()
-    result = autosched(*args, cwd=tmp_path, check=False)
-    assert result.returncode == 2
-    assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    result = cli(*args)
+    assert result.code == 2
+    assert message in result.err and len(result.err.strip().splitlines()) == 1

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from faults import FaultyMeasurer, faulty_matmul
+from helpers import on_sqlite
 
 from autosched.log import TuningLog
 from autosched.log.jobs import JobStore
@@ -14,7 +15,10 @@ from autosched.target import host_target, target_key
 from autosched.tuner import TuneOptions, tune
 from autosched.workloads import get_workload
 
-FAST = MeasureConfig(repeat=2, min_repeat_ms=2, run_timeout_secs=5)
+# Builds real programs or starts processes.
+pytestmark = pytest.mark.slow
+
+FAST = MeasureConfig(repeat=2, min_repeat_ms=2, run_timeout_secs=2.5)
 SHAPE = {"M": 64, "N": 64, "K": 64}
 
 
@@ -25,6 +29,7 @@ def _ids(log: TuningLog, workload, target: dict) -> tuple[int, int]:
     return found_workload.id, found_target.id
 
 
+@on_sqlite
 def test_tune_measures_the_budget_and_resume_adds_new_candidates_only(db_url: str) -> None:
     workload = get_workload("matmul", SHAPE)
     target = host_target()
@@ -137,6 +142,7 @@ class InterruptingMeasurer(FaultyMeasurer):
         return super().measure(workload, traces)
 
 
+@on_sqlite
 def test_an_interrupted_run_keeps_its_completed_batches(db_url: str) -> None:
     workload = get_workload("matmul", SHAPE)
     target = host_target()

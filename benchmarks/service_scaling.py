@@ -18,15 +18,15 @@ import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
-from autosched.server.engine import Engine
-from autosched.workers.daemon import WorkerDaemon
 from queue_roundtrips import fresh_database
 
 from autosched.log import TuningLog
 from autosched.log.jobs import JobStore
 from autosched.log.leases import LeaseQueue
 from autosched.records import MeasureResult, WorkloadRef
+from autosched.server.engine import Engine
 from autosched.target import host_target
+from autosched.workers.daemon import WorkerDaemon
 from autosched.workloads import get_workload
 
 

@@ -32,11 +32,11 @@ from autosched.errors import UserError
 from autosched.search.registry import DEFAULT_STRATEGY, STRATEGY_HELP
 
 if TYPE_CHECKING:
+    from autosched.client import ServiceClient
+    from autosched.protocol import JobPublic, JobsPublic
     from autosched.server.api.app import ServiceFactory
     from autosched.server.settings import Settings
 
-    from autosched.client import ServiceClient
-    from autosched.protocol import JobPublic, JobsPublic
 JobTargetOpt = Annotated[
     str,
     typer.Option(
@@ -72,10 +72,10 @@ def serve(
 ) -> None:
     """Serve the REST API (docs at /docs) and the search engine that drives the submitted jobs."""
     import uvicorn
-    from autosched.server.api.app import create_app
-    from autosched.server.settings import load_settings
 
     from autosched.log import TuningLog
+    from autosched.server.api.app import create_app
+    from autosched.server.settings import load_settings
 
     settings = load_settings(db_url=db, host=host, port=port, no_auth=no_auth or None)
     TuningLog(settings.db_url).close()  # a bad URL or database fails here, in one line
@@ -94,9 +94,8 @@ def _background(settings: Settings, local_worker: bool) -> list[ServiceFactory]:
         lambda stores: ModelTrainer(stores.log),
     ]
     if local_worker:
-        from autosched.workers.daemon import WorkerDaemon
-
         from autosched.target import host_target
+        from autosched.workers.daemon import WorkerDaemon
 
         services.append(lambda stores: WorkerDaemon(stores.leases, host_target()))
     return services
@@ -106,10 +105,9 @@ def engine(db: DbOpt = None) -> None:
     """Run a search engine alone, to scale out: it drives the jobs submitted to the log."""
     import threading
 
+    from autosched.log import TuningLog
     from autosched.server.engine import Engine
     from autosched.server.settings import load_settings
-
-    from autosched.log import TuningLog
     from autosched.signals import stop_on_signals
 
     settings = load_settings(db_url=db)

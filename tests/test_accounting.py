@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from autosched.server.engine import Engine
 from helpers import SyntheticMeasurer
 
 from autosched.log import TuningLog
@@ -15,6 +14,7 @@ from autosched.log.leases import LeaseQueue
 from autosched.log.subjects import ensure_subject
 from autosched.records import CandidateResult, JobStatus, MeasureResult, ReportedResult, WorkloadRef
 from autosched.schedule import BASELINE_TRACE, apply_trace, program_hash
+from autosched.server.engine import Engine
 from autosched.target import device_fingerprint, host_target
 from autosched.tuner import TuneOptions, tune
 from autosched.workloads import get_workload

@@ -15,8 +15,6 @@ from typing import Any
 
 import httpx
 import pytest
-from autosched.server.api.app import create_app
-from autosched.server.settings import Settings, load_settings
 from fastapi.testclient import TestClient
 
 from autosched.client import ServiceClient
@@ -25,6 +23,8 @@ from autosched.log.jobs import JobStore
 from autosched.log.tokens import Role, TokenStore
 from autosched.records import MeasureResult, ReportedResult
 from autosched.schedule import BASELINE_TRACE
+from autosched.server.api.app import create_app
+from autosched.server.settings import Settings, load_settings
 from autosched.target import canonical_target, target_key
 from autosched.workloads import get_workload
 

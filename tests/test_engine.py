@@ -5,8 +5,6 @@ from __future__ import annotations
 import threading
 
 import pytest
-from autosched.server.engine import Engine
-from autosched.workers.daemon import WorkerDaemon
 from helpers import on_sqlite, wait_for
 from recorded import DATA, load_recording
 
@@ -16,7 +14,9 @@ from autosched.log.jobs import JobStore
 from autosched.log.leases import LeaseQueue
 from autosched.measure import MeasureConfig
 from autosched.records import JobStatus
+from autosched.server.engine import Engine
 from autosched.target import host_target, target_family
+from autosched.workers.daemon import WorkerDaemon
 from autosched.workloads import get_workload
 
 # Builds real programs or starts processes.

@@ -20,8 +20,6 @@ import httpx
 import pytest
 import tvm
 import uvicorn
-from autosched.server.api.app import create_app
-from autosched.server.settings import Settings
 from helpers import Cli, free_port
 
 from autosched.client import ServiceClient
@@ -30,6 +28,8 @@ from autosched.log.jobs import JobStore
 from autosched.log.tokens import Role, TokenStore
 from autosched.records import MeasureResult, ReportedResult
 from autosched.schedule import BASELINE_TRACE
+from autosched.server.api.app import create_app
+from autosched.server.settings import Settings
 
 SHAPE = ["-p", "M=16", "-p", "N=16", "-p", "K=16"]
 WORKER_TARGET = {"kind": "llvm", "mcpu": "skylake-avx512", "num-cores": 2}

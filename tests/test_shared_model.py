@@ -10,7 +10,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from autosched.server.trainer import ModelTrainer
 from helpers import Cli, autosched, run_at_once
 from recorded import DATA, load_recording
 
@@ -21,6 +20,7 @@ from autosched.errors import UserError
 from autosched.log import TuningLog
 from autosched.log.costmodels import CostModelStore
 from autosched.measure import LocalMeasurer, MeasureConfig
+from autosched.server.trainer import ModelTrainer
 from autosched.target import host_target, target_family
 from autosched.tuner import TuneOptions, tune
 from autosched.workloads import get_workload

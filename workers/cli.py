@@ -32,11 +32,10 @@ def worker(
     """Measure candidates for a server: lease, build and time them here, report; until SIGTERM."""
     import threading
 
-    from autosched.workers.daemon import WorkerDaemon
-
     from autosched.client import ServiceClient
     from autosched.measure import MeasureConfig
     from autosched.signals import stop_on_signals
+    from autosched.workers.daemon import WorkerDaemon
 
     target_json = _worker_target(target)
     stop = threading.Event()

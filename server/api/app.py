@@ -12,9 +12,6 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Protocol
 
-from autosched.server.api.deps import Stores
-from autosched.server.api.routes import health, jobs, records, workers, workloads
-from autosched.server.settings import Settings
 from fastapi import FastAPI, Request, status
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -26,6 +23,9 @@ from autosched.log.jobs import JobStore
 from autosched.log.leases import LeaseQueue
 from autosched.log.tokens import TokenStore
 from autosched.protocol import problem_line
+from autosched.server.api.deps import Stores
+from autosched.server.api.routes import health, jobs, records, workers, workloads
+from autosched.server.settings import Settings
 
 API_PREFIX = "/api/v1"
 

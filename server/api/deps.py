@@ -10,7 +10,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated
 
-from autosched.server.settings import Settings
 from fastapi import Depends, HTTPException, Path, Query, Request, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
@@ -19,6 +18,7 @@ from autosched.log.jobs import JobStore
 from autosched.log.leases import LeaseQueue
 from autosched.log.tokens import Role, TokenStore
 from autosched.protocol import MAX_ID
+from autosched.server.settings import Settings
 
 
 @dataclass(frozen=True)

@@ -5,12 +5,12 @@ Neither reveals more than counts.
 
 from __future__ import annotations
 
-from autosched.server.api.deps import LeasesDep
 from fastapi import APIRouter
 from fastapi.responses import PlainTextResponse
 
 from autosched.log.leases import QueueMetrics
 from autosched.protocol import HealthPublic
+from autosched.server.api.deps import LeasesDep
 
 router = APIRouter(tags=["health"])
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from autosched.server.api.deps import ClientAuth, JobsDep, LeasesDep, LogDep, PathId
-from autosched.server.api.resolve import best_schedule, build_workload, job_target
 from fastapi import APIRouter, Query, status
 
 from autosched.protocol import MAX_ID, MAX_PAGE, BestPublic, JobCreate, JobPublic, JobsPublic
+from autosched.server.api.deps import ClientAuth, JobsDep, LeasesDep, LogDep, PathId
+from autosched.server.api.resolve import best_schedule, build_workload, job_target
 
 router = APIRouter(prefix="/jobs", tags=["jobs"], dependencies=[ClientAuth])
 

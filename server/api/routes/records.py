@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from autosched.server.api.deps import ClientAuth, LeasesDep, LogDep, TargetQuery
-from autosched.server.api.resolve import stored_workload, tuned_target
 from fastapi import APIRouter, Query
 
 from autosched.protocol import MAX_ID, MAX_PAGE, RecordPublic, RecordsPublic
+from autosched.server.api.deps import ClientAuth, LeasesDep, LogDep, TargetQuery
+from autosched.server.api.resolve import stored_workload, tuned_target
 
 router = APIRouter(prefix="/records", tags=["records"], dependencies=[ClientAuth])
 

@@ -6,7 +6,6 @@ one after a server restart or a lost lease registers again.
 
 from __future__ import annotations
 
-from autosched.server.api.deps import LeasesDep, PathId, SettingsDep, WorkerAuth
 from fastapi import APIRouter, Response, status
 
 from autosched.protocol import (
@@ -18,6 +17,7 @@ from autosched.protocol import (
     WorkerPublic,
     WorkerRegister,
 )
+from autosched.server.api.deps import LeasesDep, PathId, SettingsDep, WorkerAuth
 
 router = APIRouter(prefix="/workers", tags=["workers"], dependencies=[WorkerAuth])
 

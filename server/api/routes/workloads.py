@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from itertools import groupby
 
-from autosched.server.api.deps import ClientAuth, LeasesDep, LogDep, TargetQuery
-from autosched.server.api.resolve import best_schedule, stored_workload, tuned_target
 from fastapi import APIRouter
 
 from autosched.protocol import BestPublic, WorkloadsPublic, WorkloadSummaryPublic
+from autosched.server.api.deps import ClientAuth, LeasesDep, LogDep, TargetQuery
+from autosched.server.api.resolve import best_schedule, stored_workload, tuned_target
 
 router = APIRouter(prefix="/workloads", tags=["workloads"], dependencies=[ClientAuth])
 

@@ -44,6 +44,7 @@ MAX_TRIALS = 100_000
 MAX_BATCH = 4096
 MAX_LEASE = 1024
 MAX_PAGE = 1000
+MAX_PROGRAM_JSON = 8 << 20  # characters; the request body limit is usually lower
 Id = Annotated[int, Field(ge=1, le=MAX_ID)]
 Seconds = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 Strategy = Literal[STRATEGY_NAMES]  # type: ignore[valid-type]  # the registry's names
@@ -73,18 +74,34 @@ class _Request(BaseModel):
 
 
 class WorkloadIn(_Request):
-    """A built-in workload (``name`` and ``params``) or a user's PrimFunc (``tvmscript``)."""
+    """A built-in workload (``name`` and ``params``) or a user's PrimFunc as TVM IR JSON
+    (``ir_json``, from ``tvm.ir.save_json``; `autosched submit --file` converts a TVMScript file
+    on the machine that holds it). TVMScript itself is refused: TVM's parser runs it as Python."""
 
     name: str | None = Field(None, min_length=1, max_length=128)
     params: dict[str, StrictInt | StrictStr] = Field(default_factory=dict, max_length=32)
-    tvmscript: str | None = Field(None, min_length=1)
+    ir_json: str | None = Field(None, min_length=1, max_length=MAX_PROGRAM_JSON)
+    tvmscript: str | None = Field(
+        None, description="Refused: send ir_json. Kept to say so clearly.", max_length=0
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_tvmscript(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("tvmscript") is not None:
+            raise ValueError(
+                "TVMScript is not accepted over the network (TVM's parser runs it as Python); "
+                "send ir_json, the program as tvm.ir.save_json writes it "
+                "(autosched submit --file converts a TVMScript file on your machine)"
+            )
+        return data
 
     @model_validator(mode="after")
     def _one_kind(self) -> WorkloadIn:
-        if self.tvmscript is None and self.name is None:
-            raise ValueError("give the name of a built-in workload, or tvmscript")
-        if self.tvmscript is not None and self.params:
-            raise ValueError("params set a built-in workload; a tvmscript workload takes none")
+        if self.ir_json is None and self.name is None:
+            raise ValueError("give the name of a built-in workload, or ir_json")
+        if self.ir_json is not None and self.params:
+            raise ValueError("params set a built-in workload; an ir_json workload takes none")
         return self
 
 

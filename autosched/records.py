@@ -109,8 +109,9 @@ class SummaryRow:
 class WorkloadRef:
     """Enough to rebuild a workload in another process or on another machine.
 
-    Built-in workloads travel as name and parameters; a user's workload carries its TVMScript
-    ``source``. ``key`` is the workload's portable key, checked after rebuilding.
+    Built-in workloads travel as name and parameters; a user's workload carries its program as
+    ``source``, TVM IR JSON (never TVMScript). ``key`` is the workload's portable key, checked
+    after rebuilding.
     """
 
     name: str

@@ -1,7 +1,9 @@
 """A workload: one tensor program to tune (a normalised PrimFunc) with its key, FLOPs and reference.
 
-Workloads come from TE definitions (the built-in registry in ``autosched.workloads``) or from a
-user's TVMScript file. Random inputs and comparison tolerances for checking results live here too.
+Workloads come from TE definitions (the built-in registry in ``autosched.workloads``), from a
+user's TVMScript file on their own machine, or from outside as data-only IR JSON, admitted by
+``autosched.admission``. A user's workload travels and is stored as that JSON, never as TVMScript.
+Random inputs and comparison tolerances for checking results live here too.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import tvm
 from tvm import te
 from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 
+from autosched.admission import admit_program, program_json
 from autosched.errors import UserError
 from autosched.records import WorkloadRef
 
@@ -32,7 +35,8 @@ class Workload:
 
     ``func`` is normalised (global symbol ``main``, ``tirx.noalias``); its arguments are buffers of
     static shape, and when ``num_outputs`` is known the last ``num_outputs`` of them are outputs.
-    ``reference`` maps the input arrays to the expected output arrays.
+    ``reference`` maps the input arrays to the expected output arrays. ``source`` is the IR JSON
+    of a workload that is not built in.
     """
 
     name: str
@@ -99,8 +103,10 @@ def workload_from_te(
 def workload_from_tvmscript(text: str, *, name: str = "custom") -> Workload:
     """A workload from TVMScript text: one ``@T.prim_func``, or an ``@I.ir_module`` holding one.
 
-    Import lines are allowed (``T``, ``I`` and ``tvm`` are always in scope); every argument must be
-    a buffer of static shape. Nothing is known of outputs, FLOPs or a reference.
+    TVM's parser runs the text's expressions as Python: call this on the user's own files only,
+    never on text from the network or a log. Import lines are allowed (``T``, ``I`` and ``tvm``
+    are always in scope); every argument must be a buffer of static shape. Nothing is known of
+    outputs, FLOPs or a reference.
 
     Raises:
         UserError: the text does not parse, or does not define exactly one such function.
@@ -110,13 +116,32 @@ def workload_from_tvmscript(text: str, *, name: str = "custom") -> Workload:
         parsed = tvm.script.from_source(definition)
     except Exception as err:  # the parser raises several error types, all of them the user's
         raise UserError(f"{name}: {_first_parser_line(err)}") from None
-    func = _single_prim_func(parsed, name)
+    return _custom_workload(_single_prim_func(parsed, name), name)
+
+
+def workload_from_ir_json(text: str, *, name: str, max_bytes: int | None = None) -> Workload:
+    """A workload from outside: TVM IR JSON, admitted by `autosched.admission.admit_program`.
+
+    Raises:
+        UserError: the program is not admitted, or an argument is not a static-shape buffer.
+    """
+    try:
+        func = admit_program(text, max_bytes=max_bytes)
+    except UserError as error:
+        raise UserError(f"{name}: {error}") from None
+    return _custom_workload(func, name)
+
+
+def _custom_workload(func: tvm.tirx.PrimFunc, name: str) -> Workload:
     _buffer_args(func, name)
-    return Workload(name, {}, normalize_func(func), None, None, None, source=text)
+    normalized = normalize_func(func)
+    return Workload(name, {}, normalized, None, None, None, source=program_json(normalized))
 
 
 def load_workload_file(path: str) -> Workload:
-    """A workload from a ``.py`` or ``.tvmscript`` file, named after the file.
+    """A workload from a file on this machine, named after the file: TVM IR JSON if it ends in
+    ``.json`` (data only), else TVMScript, whose expressions run as Python (see
+    `workload_from_tvmscript`).
 
     Raises:
         UserError: the file cannot be read or does not hold a valid workload.
@@ -129,20 +154,23 @@ def load_workload_file(path: str) -> Workload:
     except UnicodeDecodeError:
         raise UserError(f"workload file {path} is not UTF-8 text") from None
     try:
+        if file.suffix == ".json":
+            return workload_from_ir_json(text, name=file.stem)
         return workload_from_tvmscript(text, name=file.stem)
     except UserError as err:
         raise UserError(f"{path}: {err}") from None
 
 
-def resolve_workload(ref: WorkloadRef) -> Workload:
-    """Rebuild the workload ``ref`` names, from its source or from the registry, and check its key.
+def resolve_workload(ref: WorkloadRef, *, max_bytes: int | None = None) -> Workload:
+    """Rebuild the workload ``ref`` names, from its IR JSON (admitted again, with ``max_bytes``)
+    or from the registry, and check its key.
 
     Raises:
-        UserError: the workload cannot be rebuilt, or rebuilds into a different program (its
-            definition or TVM's printer changed since the reference was taken).
+        UserError: the workload cannot be rebuilt or is not admitted, or rebuilds into a different
+            program (its definition or TVM's printer changed since the reference was taken).
     """
     if ref.source is not None:
-        workload = workload_from_tvmscript(ref.source, name=ref.name)
+        workload = workload_from_ir_json(ref.source, name=ref.name, max_bytes=max_bytes)
     else:
         from autosched.workloads import get_workload  # the registry imports this module
 

@@ -160,12 +160,16 @@ def _workload_document(name: str, params: list[str] | None, file: Path | None) -
         return {"name": name, "params": parse_param_overrides(params or [])}
     if params:
         raise UserError("-p sets parameters of built-in workloads; a --file takes none")
-    try:
-        return {"name": file.stem, "tvmscript": file.read_text()}
-    except OSError as error:
-        raise UserError(f"cannot read workload file {file}: {error.strerror or error}") from None
-    except UnicodeDecodeError:
-        raise UserError(f"workload file {file} is not UTF-8 text") from None
+    from autosched.workload import load_workload_file
+
+    if file.suffix == ".json":  # data already: the server admits it
+        try:
+            return {"name": file.stem, "ir_json": file.read_text()}
+        except (OSError, UnicodeDecodeError) as error:
+            raise UserError(f"cannot read workload file {file}: {error}") from None
+    # The user's own TVMScript, run as Python here as `tune --file` does; the server gets data.
+    workload = load_workload_file(str(file))
+    return {"name": workload.name, "ir_json": workload.source}
 
 
 def _target_document(text: str) -> str | dict[str, Any]:

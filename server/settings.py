@@ -13,6 +13,7 @@ from typing import Any
 from pydantic import Field, SecretStr, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from autosched.admission import DEFAULT_MAX_PROGRAM_BYTES
 from autosched.errors import UserError
 from autosched.log.tokens import MIN_TOKEN_CHARS, Role
 from autosched.protocol import problem_line
@@ -47,6 +48,9 @@ class Settings(BaseSettings):
     lease_secs: float = Field(60.0, gt=0, description="How long a lease holds unheard.")
     worker_timeout_secs: float = Field(60.0, gt=0, description="How long a silent worker lives.")
     claim_secs: float = Field(30.0, gt=0, description="How long an engine's claim on a job holds.")
+    max_program_bytes: int = Field(
+        DEFAULT_MAX_PROGRAM_BYTES, ge=1, description="Buffer bytes a submitted program may hold."
+    )
     client_token: SecretStr | None = Field(None, description="A client token to accept.")
     worker_token: SecretStr | None = Field(None, description="A worker token to accept.")
 

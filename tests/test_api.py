@@ -17,6 +17,7 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
+from autosched.admission import program_json
 from autosched.client import ServiceClient
 from autosched.errors import ServiceUnavailable, UserError
 from autosched.log.jobs import JobStore
@@ -171,8 +172,13 @@ def test_health_metrics_and_docs_need_no_token(api: Api) -> None:
 
 def test_a_server_without_auth_takes_requests_without_a_token(tmp_path) -> None:
     settings = Settings(db_url=f"sqlite:///{tmp_path / 'open.db'}", no_auth=True)
-    with TestClient(create_app(settings)) as http:
+    with TestClient(create_app(settings), base_url="http://127.0.0.1:8000") as http:
         assert http.get("/api/v1/jobs").json() == {"data": [], "count": 0}
+        for host in ("localhost:8000", "[::1]:8000", "127.0.0.1"):
+            assert http.get("/api/v1/jobs", headers={"Host": host}).status_code == 200
+        # A page on another origin whose DNS name now points here (DNS rebinding) names itself.
+        rebound = http.get("/api/v1/jobs", headers={"Host": "attacker.example:8000"})
+        assert rebound.status_code == 400 and "loopback" in rebound.json()["detail"]
 
 
 def test_no_auth_is_refused_off_loopback() -> None:
@@ -239,10 +245,11 @@ def test_a_job_for_a_kind_is_tuned_for_the_target_its_workers_run(api: Api) -> N
     assert "skylake-avx512" in _one_line(ambiguous) and "znver3" in ambiguous.json()["detail"]
 
 
-def test_a_job_of_a_users_tvmscript(api: Api) -> None:
-    script = get_workload("matmul", SHAPE).tvmscript
-    job = api.submit(workload={"name": "mine", "tvmscript": script})
+def test_a_job_of_a_users_program_as_ir_json(api: Api) -> None:
+    program = program_json(get_workload("matmul", SHAPE).func)
+    job = api.submit(workload={"name": "mine", "ir_json": program})
     assert job["workload"]["name"] == "mine"
+    assert job["workload"]["key"] == get_workload("matmul", SHAPE).key
 
 
 BAD_JOBS: list[tuple[dict, str]] = [
@@ -251,10 +258,12 @@ BAD_JOBS: list[tuple[dict, str]] = [
     ({"workload": {"name": "matmul", "params": {"M": 10**9}}}, "must be at most"),
     ({"workload": {"name": "matmul", "params": {"M": "x"}}}, "must be an integer"),
     ({"workload": {"name": "matmul", "params": {"M": 1.5}}}, "workload.params.M"),
-    ({"workload": {"tvmscript": "def f(:\n"}}, "line 1"),
-    ({"workload": {"tvmscript": "x = 1\n"}}, "expected exactly one"),
-    ({"workload": {"tvmscript": "@T.prim_func\ndef f(a: T.int32):\n  T.evaluate(0)\n"}}, "buffer"),
-    ({"workload": {"tvmscript": "x", "params": {"M": 1}}}, "takes none"),
+    ({"workload": {"tvmscript": "@T.prim_func\ndef f():\n  pass\n"}}, "not accepted"),
+    ({"workload": {"ir_json": "def f(:\n"}}, "must be TVM IR JSON"),
+    ({"workload": {"ir_json": "[1, 2]"}}, "list of nodes"),
+    ({"workload": {"ir_json": '{"nodes": [], "root_index": 0}'}}, "does not hold"),
+    ({"workload": {"ir_json": "{}", "params": {"M": 1}}}, "takes none"),
+    ({"workload": {"name": "matmul", "params": {"M": 32768, "N": 32768, "K": 32768}}}, "limit"),
     ({"workload": {}}, "give the name of a built-in workload"),
     ({"workload": MATMUL, "trials": 0}, "trials"),
     ({"workload": MATMUL, "trials": 10**9}, "trials"),
@@ -307,14 +316,14 @@ def test_bad_ids_and_queries_are_4xx(api: Api) -> None:
 
 
 def test_oversized_bodies_are_refused_with_413(api: Api) -> None:
-    script = "# " + "x" * MAX_BODY
+    program = "x" * MAX_BODY
     response = api.as_client(
-        "POST", "/api/v1/jobs", json={"workload": {"tvmscript": script}, "target": "llvm"}
+        "POST", "/api/v1/jobs", json={"workload": {"ir_json": program}, "target": "llvm"}
     )
     assert response.status_code == 413
 
     def chunks() -> Iterator[bytes]:
-        yield b'{"workload": {"tvmscript": "'
+        yield b'{"workload": {"ir_json": "'
         for _ in range(MAX_BODY // 1024 + 1):
             yield b"x" * 1024
         yield b'"}}'

@@ -25,7 +25,7 @@ from sqlalchemy import create_engine, inspect, make_url, text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.pool import NullPool
 
-from autosched.errors import UserError
+from autosched.errors import Conflict, UserError
 from autosched.log import TuningLog, default_db_url
 from autosched.log.db import VERSION_TABLE
 from autosched.log.jobs import JobStore
@@ -205,12 +205,16 @@ def test_logs_opened_at_once_by_processes_on_a_fresh_database_all_work(db_url: s
     assert len(set(ids)) == 1
 
 
-def test_ensure_workload_returns_the_stored_row(log: TuningLog) -> None:
+def test_ensure_workload_returns_the_stored_row_and_refuses_another_program(
+    log: TuningLog,
+) -> None:
     first = log.ensure_workload(
         key="w1", name="matmul", params={"n": 64, "dtype": "float32"}, tvmscript="# a", flops=1.5
     )
-    again = log.ensure_workload(key="w1", name="other", params={}, tvmscript="# b", flops=None)
+    again = log.ensure_workload(key="w1", name="other", params={}, tvmscript="# a", flops=None)
     assert again == first
+    with pytest.raises(Conflict, match="stored as another program"):
+        log.ensure_workload(key="w1", name="matmul", params={}, tvmscript="# b", flops=None)
     assert first.params == {"n": 64, "dtype": "float32"}
     assert log.find_workload("w1") == first
     assert log.find_workload("w2") is None

@@ -22,6 +22,7 @@ import tvm
 import uvicorn
 from helpers import Cli, free_port
 
+from autosched.admission import program_json
 from autosched.client import ServiceClient
 from autosched.log import TuningLog
 from autosched.log.jobs import JobStore
@@ -30,6 +31,7 @@ from autosched.records import MeasureResult, ReportedResult
 from autosched.schedule import BASELINE_TRACE
 from autosched.server.api.app import create_app
 from autosched.server.settings import Settings
+from autosched.workloads import get_workload
 
 SHAPE = ["-p", "M=16", "-p", "N=16", "-p", "K=16"]
 WORKER_TARGET = {"kind": "llvm", "mcpu": "skylake-avx512", "num-cores": 2}
@@ -134,7 +136,13 @@ def test_submit_status_and_export_from_a_server(cli: Cli, server: Server, tmp_pa
 
 def test_service_commands_fail_with_one_line(cli: Cli, server: Server, tmp_path: Path) -> None:
     remote = ["--server", server.url, "--token", server.client_token]
+    extern = json.loads(program_json(get_workload("softmax", {}).func))
+    for node in extern["nodes"]:
+        if node["type"] == "ir.Op":
+            node["data"] = "tirx.call_extern"
+    (tmp_path / "extern.json").write_text(json.dumps(extern))
     for args, code, message in [
+        (["submit", "--file", "extern.json", *remote], 2, "not tirx.call_extern (HTTP 422)"),
         (["submit", "nope", *remote], 2, "unknown workload 'nope'"),
         (["submit", "matmul", "-p", "M=0", *remote], 2, "must be at least 1"),
         (["submit", "matmul", "--strategy", "greedy", *remote], 2, "strategy"),

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import tvm
 
+from autosched.admission import program_json
 from autosched.errors import UserError
 from autosched.records import WorkloadRef
 from autosched.workload import (
@@ -21,6 +22,7 @@ from autosched.workload import (
     random_inputs,
     resolve_workload,
     tolerance,
+    workload_from_ir_json,
     workload_from_tvmscript,
 )
 from autosched.workloads import (
@@ -236,7 +238,8 @@ def test_tvmscript_round_trip_keeps_the_key(name: str) -> None:
     parsed = workload_from_tvmscript(workload.tvmscript, name="again")
     assert parsed.key == workload.key
     assert parsed.args == workload.args
-    assert (parsed.name, parsed.params, parsed.source) == ("again", {}, workload.tvmscript)
+    assert (parsed.name, parsed.params, parsed.source) == ("again", {}, program_json(parsed.func))
+    assert workload_from_ir_json(parsed.source, name="again").key == workload.key  # data only
     assert (parsed.flops, parsed.num_outputs, parsed.reference) == (None, None, None)
 
 
@@ -250,7 +253,11 @@ def test_tvmscript_file_with_imports_and_any_function_name(tmp_path: Path) -> No
     path = tmp_path / "mine.py"
     path.write_text(text)
     loaded = load_workload_file(str(path))
-    assert (loaded.name, loaded.source, loaded.key) == ("mine", text, workload.key)
+    assert (loaded.name, loaded.key) == ("mine", workload.key)
+    assert loaded.source == program_json(loaded.func)  # it travels as data, not as the file
+    as_json = tmp_path / "mine.json"
+    as_json.write_text(loaded.source)
+    assert load_workload_file(str(as_json)).key == workload.key
     with pytest.raises(UserError, match=r"cannot read workload file .*missing\.py"):
         load_workload_file(str(tmp_path / "missing.py"))
     (tmp_path / "binary.py").write_bytes(b"\xff\xfe\x00")

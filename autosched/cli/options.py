@@ -18,7 +18,12 @@ ParamOpt = Annotated[
     list[str] | None, typer.Option("-p", "--param", help="A workload parameter, KEY=VALUE.")
 ]
 FileOpt = Annotated[
-    Path | None, typer.Option("--file", help="Tune a PrimFunc from this TVMScript file instead.")
+    Path | None,
+    typer.Option(
+        "--file",
+        help="A PrimFunc from this TVMScript file instead: the file is Python, run on this "
+        "machine (TVM's parser evaluates it); a .json file is TVM IR JSON, data only.",
+    ),
 ]
 DbOpt = Annotated[
     str | None,

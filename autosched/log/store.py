@@ -20,7 +20,7 @@ from sqlalchemy import Select, and_, func, select, update
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, sessionmaker
 
-from autosched.errors import NotFound, UserError
+from autosched.errors import Conflict, NotFound, UserError
 from autosched.log.db import (
     INSERTS,
     Insert,
@@ -162,8 +162,11 @@ class TuningLog:
             source: The user's TVMScript, for a workload that is not built in.
 
         Returns:
-            The stored workload. If one existed, it is returned as stored and the other arguments
-            are ignored.
+            The stored workload. If one existed, it is returned as stored: a stored workload never
+            changes.
+
+        Raises:
+            Conflict: A workload stored under ``key`` is another program (its TVMScript differs).
         """
         values = {
             "key": key,
@@ -175,6 +178,10 @@ class TuningLog:
         }
         with self._sessions.begin() as session:
             row = self._get_or_insert(session, Workload, values)
+            if row.tvmscript != tvmscript:
+                raise Conflict(
+                    f"workload {key} is stored as another program; a stored workload never changes"
+                )
             return _workload_info(row)
 
     def ensure_target(self, *, key: str, kind: str, target_json: dict[str, Any]) -> TargetInfo:

@@ -1,11 +1,12 @@
-"""Entry point of a measuring child process: `python -m autosched.measure FD`.
+"""Entry point of a measuring child process: `python -m autosched.measure FD LIMITS`.
 
-FD is the child's end of a socket pair; see `autosched.measure.child`.
+FD is the child's end of a socket pair, LIMITS its resource limits as JSON; see
+`autosched.measure.child`.
 """
 
 import sys
 from multiprocessing.connection import Connection
 
-from autosched.measure.child import serve
+from autosched.measure.child import ResourceLimits, serve
 
-serve(Connection(int(sys.argv[1])))
+serve(Connection(int(sys.argv[1])), ResourceLimits.from_argv(sys.argv[2]))

@@ -3,16 +3,26 @@
 A child that runs past its limit is killed; one that dies (segfault, abort, out of memory) is
 noticed; either way the next request gets a fresh process. Children are also recycled after a fixed
 number of requests so that leaks (loaded libraries, allocator growth) never accumulate.
+
+Each child runs in a scratch directory of its own, removed with it, and under resource limits it
+sets itself before loading TVM: its address space, the CPU time of each request (renewed before
+every request, so a request that spins is killed by the kernel even if the parent missed it), and
+its open files.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import resource
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
+from dataclasses import asdict, dataclass
 from multiprocessing.connection import Connection
 from typing import Any, Protocol
 
@@ -53,9 +63,48 @@ def error_text(error: BaseException) -> str:
     return text if len(text) <= _ERROR_TEXT_LIMIT else text[: _ERROR_TEXT_LIMIT - 3] + "..."
 
 
-def serve(conn: Connection) -> None:
+@dataclass(frozen=True)
+class ResourceLimits:
+    """What a child may use: ``address_space_bytes`` of virtual memory (None: no limit, as CUDA
+    needs, since its driver reserves vast address ranges), ``cpu_secs_per_request`` of CPU time
+    per request, and ``open_files`` descriptors."""
+
+    address_space_bytes: int | None = 16 << 30
+    cpu_secs_per_request: int = 600
+    open_files: int = 1024
+
+    def to_argv(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_argv(cls, text: str) -> ResourceLimits:
+        return cls(**json.loads(text))
+
+
+def _lower_limit(kind: int, value: int) -> None:
+    """Set the soft and hard limit ``kind`` to ``value``, never above the current hard limit."""
+    _soft, hard = resource.getrlimit(kind)
+    if hard != resource.RLIM_INFINITY:
+        value = min(value, hard)
+    resource.setrlimit(kind, (value, value if hard == resource.RLIM_INFINITY else hard))
+
+
+def _cpu_budget(secs: int) -> None:
+    """Let the next request use ``secs`` more seconds of CPU time; past them, SIGXCPU ends the
+    child."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    used = int(usage.ru_utime + usage.ru_stime) + 1
+    _soft, hard = resource.getrlimit(resource.RLIMIT_CPU)
+    soft = used + secs if hard == resource.RLIM_INFINITY else min(used + secs, hard)
+    resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
+
+
+def serve(conn: Connection, limits: ResourceLimits) -> None:
     """The child's main loop: execute each request, send back ("ok", value) or ("error", text)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when measuring stops
+    if limits.address_space_bytes is not None:
+        _lower_limit(resource.RLIMIT_AS, limits.address_space_bytes)
+    _lower_limit(resource.RLIMIT_NOFILE, limits.open_files)
     import tvm  # noqa: F401  (loaded before "ready" so that start-up is not charged to a request)
 
     conn.send(("ready", None))
@@ -66,6 +115,7 @@ def serve(conn: Connection) -> None:
             return
         if request is None:
             return
+        _cpu_budget(limits.cpu_secs_per_request)
         try:
             reply = ("ok", request.execute())
         except Exception as error:  # every failure of a candidate is data for the parent
@@ -81,9 +131,17 @@ class ChildProcess:
     ChildProcess per thread.
     """
 
-    def __init__(self, *, env: dict[str, str] | None = None, max_requests: int = 64) -> None:
+    def __init__(
+        self,
+        *,
+        env: dict[str, str] | None = None,
+        max_requests: int = 64,
+        limits: ResourceLimits | None = None,
+    ) -> None:
         self._env = dict(env or {})
         self._max_requests = max_requests
+        self._limits = limits or ResourceLimits()
+        self._scratch: str | None = None
         self._process: subprocess.Popen[bytes] | None = None
         self._conn: Connection | None = None
         self._ready = False
@@ -94,13 +152,21 @@ class ChildProcess:
         if self._process is not None and self._process.poll() is None:
             return
         self._kill()
+        self._scratch = tempfile.mkdtemp(prefix="autosched-child-")
         parent_socket, child_socket = socket.socketpair()
         with parent_socket, child_socket:
             self._process = subprocess.Popen(
-                [sys.executable, "-m", "autosched.measure", str(child_socket.fileno())],
+                [
+                    sys.executable,
+                    "-m",
+                    "autosched.measure",
+                    str(child_socket.fileno()),
+                    self._limits.to_argv(),
+                ],
                 pass_fds=[child_socket.fileno()],
                 env={**os.environ, **self._env},
                 stdin=subprocess.DEVNULL,
+                cwd=self._scratch,
             )
             self._conn = Connection(parent_socket.detach())
         self._ready, self._served = False, 0
@@ -166,5 +232,7 @@ class ChildProcess:
             exitcode = self._process.wait()
         if self._conn is not None:
             self._conn.close()
-        self._process, self._conn, self._ready = None, None, False
+        if self._scratch is not None:
+            shutil.rmtree(self._scratch, ignore_errors=True)
+        self._process, self._conn, self._ready, self._scratch = None, None, False, None
         return exitcode

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import psutil
+
+from autosched.measure.child import ResourceLimits
 
 
 def _physical_cores() -> int:
@@ -31,6 +34,8 @@ class MeasureConfig:
     builders: int = _physical_cores()
     max_tasks_per_process: int = 64
     device_index: int = 0
+    # Virtual memory a measuring process may map (None: unlimited); CUDA measurers set none.
+    address_space_bytes: int | None = 16 << 30
 
     def __post_init__(self) -> None:
         if self.number < 1 or self.repeat < 1 or self.warmup < 0 or self.min_repeat_ms < 0:
@@ -39,3 +44,14 @@ class MeasureConfig:
             raise ValueError("builders and max_tasks_per_process must be >= 1")
         if self.build_timeout_secs <= 0 or self.run_timeout_secs <= 0:
             raise ValueError("time limits must be positive")
+        if self.address_space_bytes is not None and self.address_space_bytes < 1 << 30:
+            raise ValueError("address_space_bytes must be at least 1 GiB (TVM alone maps more)")
+
+    def limits(self, kind: str) -> ResourceLimits:
+        """The resource limits of a measuring process for a target of ``kind``: CPU time for the
+        longest step on every core, twice over; no address-space limit on CUDA."""
+        step = max(self.build_timeout_secs, self.run_timeout_secs)
+        return ResourceLimits(
+            address_space_bytes=None if kind == "cuda" else self.address_space_bytes,
+            cpu_secs_per_request=math.ceil(2 * step * (psutil.cpu_count() or 1)) + 10,
+        )

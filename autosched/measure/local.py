@@ -74,14 +74,15 @@ class LocalMeasurer:
         self._config = config or MeasureConfig()
         self._cancel = cancel or threading.Event()
         limit = self._config.max_tasks_per_process
+        limits = self._config.limits(str(target.get("kind")))
         self._builders: queue.SimpleQueue[ChildProcess] = queue.SimpleQueue()
         self._all_builders = [
-            ChildProcess(env={"TVM_NUM_THREADS": "1"}, max_requests=limit)
+            ChildProcess(env={"TVM_NUM_THREADS": "1"}, max_requests=limit, limits=limits)
             for _ in range(self._config.builders)
         ]
         for builder in self._all_builders:
             self._builders.put(builder)
-        self._runner = ChildProcess(max_requests=limit)
+        self._runner = ChildProcess(max_requests=limit, limits=limits)
         for child in [*self._all_builders, self._runner]:
             child.start()
         self._workdir = Path(tempfile.mkdtemp(prefix="autosched-measure-"))

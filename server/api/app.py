@@ -8,13 +8,14 @@ search engine, a local worker) start and stop with it. `autosched serve` runs it
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Protocol
+from urllib.parse import urlsplit
 
 from fastapi import FastAPI, Request, status
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 
 from autosched import __version__
 from autosched.errors import Conflict, NotFound, UserError
@@ -25,7 +26,7 @@ from autosched.log.tokens import TokenStore
 from autosched.protocol import problem_line
 from autosched.server.api.deps import Stores
 from autosched.server.api.routes import health, jobs, records, workers, workloads
-from autosched.server.settings import Settings
+from autosched.server.settings import Settings, is_loopback
 
 API_PREFIX = "/api/v1"
 
@@ -86,7 +87,21 @@ def create_app(settings: Settings, *, background: Sequence[ServiceFactory] = ())
         app.include_router(group.router, prefix=API_PREFIX)
     app.add_exception_handler(UserError, _domain_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
+    if settings.no_auth:
+        app.middleware("http")(_loopback_hosts_only)
     return app
+
+
+async def _loopback_hosts_only(
+    request: Request, call_next: Callable[[Request], Awaitable[Response]]
+) -> Response:
+    """Without auth, a request must name this machine in its Host header: a web page that
+    rebinds its own DNS name to 127.0.0.1 names its own host, and is refused."""
+    host = urlsplit(f"//{request.headers.get('host', '')}").hostname or ""
+    if not is_loopback(host):
+        detail = f"this server runs without auth and answers loopback hosts only, not {host!r}"
+        return JSONResponse({"detail": detail}, status_code=status.HTTP_400_BAD_REQUEST)
+    return await call_next(request)
 
 
 # The one place where domain errors become HTTP: the most specific class that matches wins.

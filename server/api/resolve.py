@@ -11,6 +11,7 @@ import json
 import re
 from typing import Any
 
+from autosched.admission import admit_program, program_json
 from autosched.errors import Conflict, NotFound
 from autosched.export import replay
 from autosched.log import TuningLog
@@ -18,22 +19,25 @@ from autosched.log.leases import LeaseQueue
 from autosched.protocol import BestPublic, RecordPublic, TargetPublic, WorkloadIn, WorkloadPublic
 from autosched.records import TargetInfo, WorkloadInfo
 from autosched.target import parse_target, target_key, to_tvm_target
-from autosched.workload import Workload, resolve_workload, workload_from_tvmscript
+from autosched.workload import Workload, resolve_workload, workload_from_ir_json
 from autosched.workloads import get_workload
 
 _TARGET_KEY = re.compile(r"[0-9a-f]{32}")
 
 
-def build_workload(spec: WorkloadIn) -> Workload:
-    """The workload a job submission describes.
+def build_workload(spec: WorkloadIn, *, max_bytes: int) -> Workload:
+    """The workload a job submission describes, admitted as every program from outside is (see
+    ``autosched.admission``), its buffers within ``max_bytes``.
 
     Raises:
-        UserError: an unknown workload or parameter, a bad value, or TVMScript that does not parse.
+        UserError: an unknown workload or parameter, a bad value, or a program not admitted.
     """
-    if spec.tvmscript is not None:
-        return workload_from_tvmscript(spec.tvmscript, name=spec.name or "custom")
+    if spec.ir_json is not None:
+        return workload_from_ir_json(spec.ir_json, name=spec.name or "custom", max_bytes=max_bytes)
     assert spec.name is not None  # WorkloadIn checks that one of them is given
-    return get_workload(spec.name, spec.params)
+    workload = get_workload(spec.name, spec.params)
+    admit_program(program_json(workload.func), max_bytes=max_bytes)
+    return workload
 
 
 def job_target(leases: LeaseQueue, target: str | dict[str, Any]) -> dict[str, Any]:

@@ -7,16 +7,25 @@ from typing import Annotated
 from fastapi import APIRouter, Query, status
 
 from autosched.protocol import MAX_ID, MAX_PAGE, BestPublic, JobCreate, JobPublic, JobsPublic
-from autosched.server.api.deps import ClientAuth, JobsDep, LeasesDep, LogDep, PathId
+from autosched.server.api.deps import (
+    ClientAuth,
+    JobsDep,
+    LeasesDep,
+    LogDep,
+    PathId,
+    SettingsDep,
+)
 from autosched.server.api.resolve import best_schedule, build_workload, job_target
 
 router = APIRouter(prefix="/jobs", tags=["jobs"], dependencies=[ClientAuth])
 
 
 @router.post("", status_code=status.HTTP_201_CREATED)
-def submit_job(job: JobCreate, jobs: JobsDep, leases: LeasesDep) -> JobPublic:
+def submit_job(
+    job: JobCreate, jobs: JobsDep, leases: LeasesDep, settings: SettingsDep
+) -> JobPublic:
     """Queue a tuning job. Everything is checked before anything is stored."""
-    workload = build_workload(job.workload)
+    workload = build_workload(job.workload, max_bytes=settings.max_program_bytes)
     target = job_target(leases, job.target)
     job_id = jobs.submit(
         workload,

@@ -1,0 +1,200 @@
+"""Admission of tensor programs from outside (a request, a stored log, a lease): data-only IR JSON,
+checked node by node before TVM loads it. TVMScript is never accepted from outside: TVM's parser
+evaluates its expressions as Python.
+
+A program is admitted when its JSON graph holds only the node types of a TIR function, calls only
+pure math intrinsics (nothing that leaves the kernel: no ``call_extern``, ``call_packed``, LLVM
+intrinsics or calls of other functions), has no attribute statements and no block annotations,
+declares its buffers with static shapes, and its buffers hold at most ``max_bytes`` in all.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from typing import Any
+
+import tvm
+
+from autosched.errors import UserError
+
+MAX_PROGRAM_BYTES_VARIABLE = "AUTOSCHED_MAX_PROGRAM_BYTES"
+DEFAULT_MAX_PROGRAM_BYTES = 4 << 30
+MAX_JSON_CHARS = 8 << 20
+
+# Node types of a TIR function in TVM's JSON graph: its module, statements, expressions, buffers,
+# types and the plain data they hold. Anything else (an attribute statement, a while loop, an
+# allocation of raw memory, a runtime object) is refused.
+_NODE_TYPES = frozenset(
+    {
+        "None", "bool", "int", "float", "ffi.Array", "ffi.Map", "ffi.String", "ffi.Shape",
+        "ir.IRModule", "ir.GlobalVar", "ir.DictAttrs", "ir.SourceMap", "ir.SourceName", "ir.Span",
+        "ir.Type", "ir.PrimType", "ir.TupleType", "ir.PointerType", "ir.Range", "ir.Var",
+        "ir.IntImm", "ir.FloatImm", "ir.Op", "ir.Call", "ir.TensorLoad", "ir.TensorRegion",
+        "relax.FuncType", "relax.ShapeType", "relax.TensorType", "relax.expr.ShapeExpr",
+        "tirx.PrimFunc", "tirx.BufferType", "tirx.BufferRegionType", "tirx.IterVar",
+        "tirx.For", "tirx.SeqStmt", "tirx.BufferStore", "tirx.AllocBuffer", "tirx.DeclBuffer",
+        "tirx.IfThenElse", "tirx.LetStmt", "tirx.SizeVar",
+        "s_tir.SBlock", "s_tir.SBlockRealize", "s_tir.MatchBufferRegion",
+        "prim.Add", "prim.Sub", "prim.Mul", "prim.Div", "prim.Mod", "prim.FloorDiv",
+        "prim.FloorMod", "prim.Min", "prim.Max", "prim.EQ", "prim.NE", "prim.LT", "prim.LE",
+        "prim.GT", "prim.GE", "prim.And", "prim.Or", "prim.Not", "prim.Select", "prim.Cast",
+        "prim.Let", "prim.BitwiseAnd", "prim.BitwiseOr", "prim.BitwiseXor", "prim.BitwiseNot",
+        "prim.LShift", "prim.RShift", "prim.Broadcast", "prim.Ramp",
+    }
+)  # fmt: skip
+
+PURE_MATH_OPS = frozenset(
+    {
+        "tirx.exp", "tirx.exp2", "tirx.exp10", "tirx.log", "prim.log2", "tirx.log10",
+        "tirx.log1p", "tirx.sqrt", "tirx.rsqrt", "tirx.sin", "tirx.cos", "tirx.tan", "tirx.sinh",
+        "tirx.cosh", "tirx.tanh", "tirx.asin", "tirx.acos", "tirx.atan", "tirx.atan2",
+        "tirx.asinh", "tirx.acosh", "tirx.atanh", "tirx.erf", "tirx.sigmoid", "tirx.fabs",
+        "tirx.floor", "prim.ceil", "tirx.round", "tirx.nearbyint", "tirx.trunc", "tirx.pow",
+        "tirx.fmod", "tirx.isnan", "tirx.isinf", "tirx.isfinite", "tirx.reinterpret",
+        "tirx.popcount", "prim.clz", "tirx.copysign", "tirx.hypot", "tirx.ldexp",
+        "tirx.nextafter", "prim.if_then_else", "prim.likely", "tirx.q_multiply_shift",
+    }
+)  # fmt: skip
+"""The intrinsics a program may call: pure functions of their arguments."""
+
+# "s_tir" marks a function as schedulable TIR, as TE and TVMScript make them.
+_FUNCTION_ATTRS = frozenset({"global_symbol", "tirx.noalias", "tir.noalias", "s_tir"})
+
+
+def max_program_bytes() -> int:
+    """The buffer bytes a program may hold here: ``$AUTOSCHED_MAX_PROGRAM_BYTES``, else 4 GiB."""
+    value = os.environ.get(MAX_PROGRAM_BYTES_VARIABLE, "").strip()
+    if not value:
+        return DEFAULT_MAX_PROGRAM_BYTES
+    try:
+        limit = int(value)
+    except ValueError:
+        raise UserError(f"{MAX_PROGRAM_BYTES_VARIABLE} must be a number, not {value!r}") from None
+    if limit < 1:
+        raise UserError(f"{MAX_PROGRAM_BYTES_VARIABLE} must be positive, not {limit}")
+    return limit
+
+
+def program_json(func: tvm.tirx.PrimFunc) -> str:
+    """The data-only form of ``func`` (TVM's IR JSON of a module holding it as ``main``)."""
+    return tvm.ir.save_json(tvm.IRModule({"main": func}))
+
+
+def admit_program(text: str, *, max_bytes: int | None = None) -> tvm.tirx.PrimFunc:
+    """The one PrimFunc of the IR JSON ``text``, once the checks of this module pass.
+
+    Args:
+        text: TVM's IR JSON of an IRModule holding one PrimFunc (see `program_json`).
+        max_bytes: the most its buffers may hold in all (default: `max_program_bytes`).
+
+    Raises:
+        UserError: the text is not such JSON, or the program breaks a check; the message says
+            which, in one line.
+    """
+    limit = max_program_bytes() if max_bytes is None else max_bytes
+    if len(text) > MAX_JSON_CHARS:
+        raise UserError(f"the program's IR JSON is over {MAX_JSON_CHARS} characters")
+    try:
+        document = json.loads(text)
+    except (json.JSONDecodeError, RecursionError):
+        raise UserError(
+            "a program must be TVM IR JSON (tvm.ir.save_json); autosched converts TVMScript "
+            "files on the machine that holds them, and never parses TVMScript from elsewhere"
+        ) from None
+    _Graph(document).check(limit)
+    try:
+        module = tvm.ir.load_json(text)
+    except Exception as error:  # TVM raises its own error types
+        reason = " ".join(str(error).split())[:200]
+        raise UserError(f"TVM cannot load the program's IR JSON: {reason}") from None
+    functions = list(module.functions_items()) if isinstance(module, tvm.IRModule) else []
+    if len(functions) != 1 or not isinstance(functions[0][1], tvm.tirx.PrimFunc):
+        raise UserError("a program's IR JSON must hold a module of exactly one PrimFunc")
+    return functions[0][1]
+
+
+class _Graph:
+    """TVM's JSON graph of a module: nodes that refer to each other by index."""
+
+    def __init__(self, document: Any) -> None:
+        if not isinstance(document, dict) or not isinstance(document.get("nodes"), list):
+            raise UserError("a program's IR JSON must be an object with a list of nodes")
+        self._nodes: list[Any] = document["nodes"]
+        self._root = document.get("root_index")
+
+    def check(self, max_bytes: int) -> None:
+        if self._type(self._root) != "ir.IRModule":
+            raise UserError("a program's IR JSON must hold an IRModule")
+        total = 0
+        for index in range(len(self._nodes)):
+            kind = self._type(index)
+            if kind not in _NODE_TYPES:
+                raise UserError(f"a program may not hold a {kind} node")
+            data = self._nodes[index].get("data")
+            if kind == "ir.Op" and data not in PURE_MATH_OPS:
+                raise UserError(f"a program may call pure math intrinsics only, not {data}")
+            if kind == "ir.Call" and self._type(self._field(data, "op")) != "ir.Op":
+                raise UserError("a program may not call other functions")
+            if kind == "tirx.PrimFunc":
+                self._check_keys(self._field(data, "attrs"), _FUNCTION_ATTRS, "function attribute")
+            if kind == "s_tir.SBlock":
+                self._check_keys(self._field(data, "annotations"), frozenset(), "block annotation")
+            if kind == "tirx.BufferType":
+                total += self._buffer_bytes(data)
+        if total > max_bytes:
+            raise UserError(
+                f"the program's buffers hold {total} bytes, over this service's limit of "
+                f"{max_bytes} ({MAX_PROGRAM_BYTES_VARIABLE})"
+            )
+
+    def _type(self, index: Any) -> str:
+        if not isinstance(index, int) or not 0 <= index < len(self._nodes):
+            raise UserError("a program's IR JSON refers to a node it does not hold")
+        node = self._nodes[index]
+        if not isinstance(node, dict) or not isinstance(node.get("type"), str):
+            raise UserError("a program's IR JSON holds a node without a type")
+        return node["type"]
+
+    def _data(self, index: Any, kind: str) -> Any:
+        if self._type(index) != kind:
+            raise UserError(f"a program's IR JSON holds a malformed {kind}")
+        return self._nodes[index].get("data")
+
+    def _field(self, data: Any, name: str) -> Any:
+        if not isinstance(data, dict) or name not in data:
+            raise UserError(f"a program's IR JSON holds a node without its {name}")
+        return data[name]
+
+    def _check_keys(self, index: Any, allowed: frozenset[str], what: str) -> None:
+        if self._type(index) == "ir.DictAttrs":
+            index = self._field(self._data(index, "ir.DictAttrs"), "__dict__")
+        if self._type(index) == "None":
+            return
+        entries = self._data(index, "ffi.Map")
+        if not isinstance(entries, list):
+            raise UserError("a program's IR JSON holds a malformed map")
+        for key in entries[0::2]:
+            name = self._data(key, "ffi.String")
+            if name not in allowed:
+                raise UserError(f"a program may not carry the {what} {name!r}")
+
+    def _buffer_bytes(self, data: Any) -> int:
+        dims = self._data(self._field(data, "shape"), "ffi.Array")
+        if not isinstance(dims, list):
+            raise UserError("a program's IR JSON holds a malformed buffer shape")
+        extents = []
+        for dim in dims:
+            if self._type(dim) != "ir.IntImm":
+                raise UserError("every buffer of a program needs a static shape")
+            value = self._data(self._field(self._data(dim, "ir.IntImm"), "value"), "int")
+            if not isinstance(value, int) or value < 0:
+                raise UserError("a buffer of a program has a negative or malformed extent")
+            extents.append(value)
+        dtype = self._field(self._data(self._field(data, "dtype"), "ir.PrimType"), "dtype")
+        try:
+            element = tvm.DataType(str(dtype))
+        except Exception:  # TVM refuses the name with its own error type
+            raise UserError(f"a buffer of a program has an unknown dtype {dtype!r}") from None
+        return math.prod(extents) * max(1, element.bits * element.lanes // 8)

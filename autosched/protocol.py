@@ -169,6 +169,9 @@ class JobPublic(BaseModel):
     cost_model_id: int | None = Field(
         None, description="The shared cost model version the job's search started from."
     )
+    stop_reason: str | None = Field(
+        None, description="Why the job ended before spending its budget, if it did."
+    )
 
     @classmethod
     def of(cls, job: JobProgress) -> JobPublic:
@@ -189,6 +192,7 @@ class JobPublic(BaseModel):
             best_latency_secs=job.best_latency_secs,
             curve=[CurvePoint(trials=n, best_latency_secs=secs) for n, secs in job.curve],
             cost_model_id=job.cost_model_id,
+            stop_reason=job.stop_reason,
         )
 
 

@@ -187,6 +187,7 @@ class JobProgress:
     best_latency_secs: float | None
     curve: list[tuple[int, float]]
     cost_model_id: int | None = None  # the shared cost model version its search started from
+    stop_reason: str | None = None  # why it ended before spending its budget
 
 
 # The worker protocol's messages, in-process (``autosched.protocol`` has their wire form).

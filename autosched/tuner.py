@@ -22,10 +22,9 @@ from autosched.log.subjects import ensure_subject
 from autosched.measure import CorrectnessGate, Measurer
 from autosched.records import CandidateResult, JobStatus
 from autosched.replay import check_not_source
-from autosched.schedule import program_hash
 from autosched.search.base import Proposal
-from autosched.search.registry import DEFAULT_STRATEGY, SearchJob, make_strategy
-from autosched.search.session import SearchSession
+from autosched.search.registry import DEFAULT_STRATEGY, SearchJob
+from autosched.search.session import SearchSession, start_session
 from autosched.target import canonical_target, device_fingerprint
 from autosched.workload import Workload
 
@@ -68,6 +67,7 @@ class TuneReport:
     flops: float | None
     wall_secs: float
     cost_model: ModelInfo | None = None
+    stop_reason: str | None = None  # why it measured fewer than its trials
 
     @property
     def gflops(self) -> float | None:
@@ -97,6 +97,7 @@ class TuneReport:
             "baseline_latency_us": us(self.baseline_latency_secs),
             "speedup": self.speedup,
             "wall_secs": self.wall_secs,
+            "stop_reason": self.stop_reason,
             "cost_model": None
             if self.cost_model is None
             else {
@@ -175,7 +176,7 @@ def tune(
         session.learn((p.program_hash, r) for p, r in zip(proposals, results, strict=True))
 
     try:
-        search = make_strategy(
+        session = start_session(
             options.strategy,
             SearchJob(
                 workload=workload,
@@ -188,12 +189,11 @@ def tune(
                 study_storage=log.engine_url,
             ),
         )
-        session = SearchSession(search, history, program_hash(workload.mod))
         if session.needs_baseline:
             measure(session, [session.baseline])
         progress = jobs.job(job_id)
         while progress.trials_done < options.trials and not session.exhausted:
-            fresh = session.propose(options.trials - progress.trials_done)
+            fresh = session.propose(min(options.batch_size, options.trials - progress.trials_done))
             if fresh:
                 measure(session, fresh)
                 progress = jobs.job(job_id)
@@ -207,7 +207,7 @@ def tune(
     except Exception:
         jobs.end_job(job_id, JobStatus.FAILED)
         raise
-    jobs.end_job(job_id, JobStatus.FINISHED)
+    jobs.end_job(job_id, JobStatus.FINISHED, session.stop_reason)
     return TuneReport(
         workload_key=workload.key,
         workload_name=workload.name,
@@ -220,4 +220,5 @@ def tune(
         flops=workload.flops,
         wall_secs=time.perf_counter() - started,
         cost_model=started_from,
+        stop_reason=session.stop_reason,
     )

@@ -270,6 +270,8 @@ def _render_job(job: JobPublic) -> Group:
     table.add_row("target", f"{_target_text(job)} ({job.target.key})")
     table.add_row("status", job.status.value)
     table.add_row("trials", f"{job.trials_done}/{job.trials} measured, {job.failed} failed")
+    if job.stop_reason is not None:
+        table.add_row("stopped", job.stop_reason)
     table.add_row("best median latency", _latency(job.best_latency_secs))
     if job.workload.flops and job.best_latency_secs:
         table.add_row(

@@ -20,10 +20,9 @@ from autosched.log import TuningLog
 from autosched.log.costmodels import CostModelStore
 from autosched.log.jobs import JobStore
 from autosched.records import JobProgress, JobStatus
-from autosched.schedule import program_hash
 from autosched.search.base import Proposal
-from autosched.search.registry import SearchJob, make_strategy
-from autosched.search.session import SearchSession
+from autosched.search.registry import SearchJob
+from autosched.search.session import start_session
 from autosched.workload import resolve_workload
 
 logger = logging.getLogger(__name__)
@@ -53,7 +52,7 @@ class JobDriver:
         history = log.records(job.workload.id, job.target.id)
         if cost_model is None:
             cost_model = self._shared_model(log, job)
-        strategy = make_strategy(
+        self._session = start_session(
             job.strategy,
             SearchJob(
                 workload=workload,
@@ -66,7 +65,6 @@ class JobDriver:
                 study_storage=log.engine_url,
             ),
         )
-        self._session = SearchSession(strategy, history, program_hash(workload.mod))
         seen = jobs.measured_since(job.id, 0)
         self._last_measurement = seen[-1].measurement_id if seen else 0
         if self._session.needs_baseline:
@@ -94,10 +92,11 @@ class JobDriver:
         budget = self._jobs.budget(self.job_id)
         if budget.status.final:
             return False
-        if budget.spent or (
-            self._session.exhausted and budget.outstanding == 0 and not budget.baseline_outstanding
-        ):
+        if budget.spent:
             self._jobs.end_job(self.job_id, JobStatus.FINISHED)
+            return False
+        if self._session.exhausted and budget.outstanding == 0 and not budget.baseline_outstanding:
+            self._jobs.end_job(self.job_id, JobStatus.FINISHED, self._session.stop_reason)
             return False
         remaining = budget.trials - budget.measured - budget.outstanding
         # Keep up to two batches queued: workers measure one while the next is ready.

@@ -142,6 +142,8 @@ def _print_report(report: TuneReport) -> None:
     table.add_row("workload", f"{report.workload_name} ({report.workload_key})")
     table.add_row("target", json.dumps(report.target))
     table.add_row("trials", f"{report.trials} measured, {report.failed} failed")
+    if report.stop_reason is not None:
+        table.add_row("stopped", report.stop_reason)
     table.add_row("best median latency", us(report.best_latency_secs))
     if report.gflops is not None:
         table.add_row("throughput", f"{report.gflops:.1f} GFLOP/s")

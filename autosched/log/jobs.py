@@ -116,8 +116,9 @@ class JobStore:
             session.flush()
             return job.id
 
-    def end_job(self, job_id: int, status: JobStatus) -> None:
-        """Mark a job as ended now, with a final status.
+    def end_job(self, job_id: int, status: JobStatus, reason: str | None = None) -> None:
+        """Mark a job as ended now, with a final status and, if it ended short of its budget,
+        why (at most 255 characters are kept).
 
         Raises:
             ValueError: If ``status`` is not final.
@@ -129,7 +130,11 @@ class JobStore:
             ended = session.execute(
                 update(TuningJob)
                 .where(TuningJob.id == job_id)
-                .values(status=status.value, finished_at=utcnow())
+                .values(
+                    status=status.value,
+                    finished_at=utcnow(),
+                    stop_reason=None if reason is None else reason[:255],
+                )
             )
             if ended.rowcount == 0:
                 raise NotFound(f"no tuning job with id {job_id}")
@@ -354,6 +359,7 @@ class JobStore:
             best_latency_secs=overall,
             curve=curve,
             cost_model_id=job.cost_model_id,
+            stop_reason=job.stop_reason,
         )
 
 

@@ -178,6 +178,8 @@ class TuningJob(Base):
     engine_expires_at: Mapped[datetime | None]
     # The shared cost model version the job's search started from (None: it started cold).
     cost_model_id: Mapped[int | None] = mapped_column(ForeignKey("cost_models.id"))
+    # Why the job ended before spending its budget (None: it spent it, or it has not ended).
+    stop_reason: Mapped[str | None] = mapped_column(String(255))
 
 
 class Candidate(Base):

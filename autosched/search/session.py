@@ -4,20 +4,34 @@ workers report measurements as they arrive).
 
 A session knows every program measured for the job's workload and target, so nothing is measured
 twice; it tells the strategy about every proposal it made, at once for programs measured before
-and on arrival for the others; it knows whether the untuned baseline was measured; and it decides
-when the design space has nothing new left to offer.
+and on arrival for the others; it knows whether the untuned baseline was measured. When the
+strategy proposes fewer new programs than the budget allows (it keeps returning to programs
+measured before), the session fills the round with programs sampled from the design space
+itself, each decision drawn at random, so a job spends its whole budget; the space counts as
+exhausted only when rounds of such samples bring no new program either.
 """
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable, Collection, Iterable, Sequence
+from typing import TYPE_CHECKING
 
 from autosched.records import MeasureResult, RecordView
 from autosched.schedule import BASELINE_TRACE
 from autosched.search.base import Proposal, SearchStrategy
+from autosched.search.registry import SearchJob, make_strategy
 
-# Proposal rounds in a row that bring nothing new before the design space counts as exhausted.
+if TYPE_CHECKING:
+    from autosched.search.space import DesignSpace
+
+# Rounds in a row in which neither the strategy nor samples of the design space bring a new
+# program, before the space counts as exhausted.
 STALE_ROUNDS = 3
+# Samples of the design space drawn per program missing from a round, before settling for fewer.
+SAMPLES_PER_MISSING = 4
+# The handle of proposals the session sampled itself: the strategy never hears of them.
+_SAMPLED = object()
 
 Admit = Callable[[Sequence[Proposal]], Collection[str]]
 """Takes fresh proposals to measure (the service queues them) and returns the program hashes it
@@ -31,15 +45,27 @@ class SearchSession:
         strategy: proposes candidates and learns from their measurements.
         history: the recorded measurements of the workload on the target, by any job.
         baseline_hash: the program hash of the untuned workload.
+        space: builds the design space to sample rounds full from (None: never sample).
+        seed: seeds those samples.
     """
 
     def __init__(
-        self, strategy: SearchStrategy, history: Sequence[RecordView], baseline_hash: str
+        self,
+        strategy: SearchStrategy,
+        history: Sequence[RecordView],
+        baseline_hash: str,
+        *,
+        space: Callable[[], DesignSpace] | None = None,
+        seed: int | None = None,
     ) -> None:
         self._strategy = strategy
         self._known: dict[str, MeasureResult] = {r.program_hash: r.result for r in history}
         self._pending: dict[str, Proposal] = {}
         self._stale = 0
+        self._space_factory = space
+        self._space: DesignSpace | None = None
+        self._rng = random.Random(seed)
+        self._fruitless_samples = 0
         self.baseline = Proposal(BASELINE_TRACE, baseline_hash, None, None)
 
     @property
@@ -58,6 +84,16 @@ class SearchSession:
         """Whether the last `STALE_ROUNDS` rounds of proposals brought no new program."""
         return self._stale >= STALE_ROUNDS
 
+    @property
+    def stop_reason(self) -> str | None:
+        """Why the search stopped short, once `exhausted`."""
+        if not self.exhausted:
+            return None
+        return (
+            f"exhausted: {len(self._known)} distinct programs measured; neither the strategy nor "
+            f"{self._fruitless_samples} samples of the design space brought a new one"
+        )
+
     def propose(self, limit: int, admit: Admit | None = None) -> list[Proposal]:
         """Up to ``limit`` proposals of programs never measured nor in flight, each program once.
 
@@ -75,6 +111,8 @@ class SearchSession:
             if digest not in self._known and digest not in self._pending:
                 fresh.setdefault(digest, proposal)
         batch = list(fresh.values())[: max(limit, 0)]
+        if len(batch) < limit:
+            batch += self._sample(limit - len(batch), {p.program_hash for p in batch})
         if admit is not None and batch:
             taken = set(admit(batch))
             batch = [p for p in batch if p.program_hash in taken]
@@ -90,8 +128,53 @@ class SearchSession:
         for digest, result in measured:
             self._known[digest] = result
             proposal = self._pending.pop(digest, None)
-            if proposal is not None:
+            if proposal is not None and proposal.handle is not _SAMPLED:
                 told.append(proposal)
                 results.append(result)
         if told:
             self._strategy.tell(told, results)
+
+    def _sample(self, wanted: int, taken: set[str]) -> list[Proposal]:
+        """Up to ``wanted`` programs of the design space, each decision drawn at random, that
+        were never measured, are not in flight and are not in ``taken``."""
+        if self._space_factory is None:
+            return []
+        from autosched.schedule import program_hash, trace_to_json
+
+        if self._space is None:
+            self._space = self._space_factory()
+        sampled: list[Proposal] = []
+        for _ in range(SAMPLES_PER_MISSING * wanted):
+            if len(sampled) == wanted:
+                break
+            sch = self._space.sample(lambda _name, choices: self._rng.choice(choices))
+            if sch is None:
+                continue
+            digest = program_hash(sch.mod)
+            if digest in self._known or digest in self._pending or digest in taken:
+                self._fruitless_samples += 1
+                continue
+            taken.add(digest)
+            sampled.append(Proposal(trace_to_json(sch.trace), digest, None, _SAMPLED))
+        if sampled:
+            self._fruitless_samples = 0
+        return sampled
+
+
+def start_session(strategy: str, job: SearchJob) -> SearchSession:
+    """The search session of ``job`` with the strategy named ``strategy``, filling its rounds
+    from the job's design space.
+
+    Raises:
+        UserError: an unknown strategy, or a design space MetaSchedule cannot build.
+    """
+    from autosched.schedule import program_hash
+    from autosched.search.space import design_space
+
+    return SearchSession(
+        make_strategy(strategy, job),
+        job.history,
+        program_hash(job.workload.mod),
+        space=lambda: design_space(job.workload, job.target, seed=job.seed),
+        seed=job.seed,
+    )

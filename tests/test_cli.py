@@ -146,14 +146,24 @@ def test_export_with_an_unknown_format_or_an_untuned_workload_exits_2(
     cli: Cli, tuned: tuple[Path, dict]
 ) -> None:
     work, _ = tuned
-    for args in (
-        ["export", "matmul", *SHAPE, "--format", "onnx", "-o", "x"],
-        ["export", "matmul", "-p", "M=32", "--format", "tvmscript", "-o", "x.py"],
-        ["export", "matmul", *SHAPE, "--format", "library", "-o", "x.txt"],
+    (work / "a_directory").mkdir(exist_ok=True)
+    (work / "a_file").write_text("")
+    for args, message in (
+        (["--format", "onnx", "-o", "x"], "unknown export format"),
+        (["--format", "library", "-o", "x.txt"], "ending in .so"),
+        (["--format", "tvmscript", "-o", "missing/x.py"], "no directory missing"),
+        (["--format", "tvmscript", "-o", "a_directory"], "is a directory"),
+        (["--format", "library", "-o", "missing/x.so"], "no directory missing"),
+        (["--format", "metaschedule-db", "-o", "a_file"], "is a file"),
+        (["--format", "metaschedule-db", "-o", "missing/db"], "no directory missing"),
     ):
-        result = cli(*args, cwd=work)
+        result = cli("export", "matmul", *SHAPE, *args, cwd=work)
         assert result.code == 2 and "\n" not in result.err.strip(), result.err
+        assert message in result.err, (args, result.err)
+    untuned = cli("export", "matmul", "-p", "M=32", "--format", "tvmscript", "-o", "x.py", cwd=work)
+    assert untuned.code == 2 and "\n" not in untuned.err.strip(), untuned.err
     assert not (work / "x.py").exists() and not (work / "x.txt").exists()
+    assert not (work / "missing").exists()
 
 
 @pytest.mark.slow

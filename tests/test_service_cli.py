@@ -159,6 +159,8 @@ def test_service_commands_fail_with_one_line(cli: Cli, server: Server, tmp_path:
         (["export", "matmul", "--db", "sqlite:///x.db", *remote], 2, "not both"),
         (["export", "matmul", *SHAPE, *remote], 2, "no workload"),
         (["serve", "--no-auth", "--host", "0.0.0.0"], 2, "loopback"),
+        (["worker", "--token", "t" * 40, "--token-file", "f"], 2, "give the worker token once"),
+        (["worker", "--token-file", "missing.token"], 2, "cannot read the token file"),
     ]:
         result = cli(*args)
         assert result.code == code, (args, result.err)

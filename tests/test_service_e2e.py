@@ -84,7 +84,9 @@ class Service:
 
     def start_worker(self) -> subprocess.Popen[bytes]:
         """Start a worker and wait until the server has heard from it."""
-        args = ["--server", self.url, "--token", self.worker_token, "--batch", "2"]
+        token_file = self.workdir / "worker.token"  # not on the command line, where ps shows it
+        token_file.write_text(self.worker_token + "\n")
+        args = ["--server", self.url, "--token-file", str(token_file), "--batch", "2"]
         worker = self._spawn(f"worker{len(self.workers)}", "worker", *args)
         self.workers.append(worker)
         alive = sum(process.poll() is None for process in self.workers)

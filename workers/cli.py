@@ -3,6 +3,7 @@ the app (the ``autosched.commands`` entry point ``worker``)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -12,13 +13,22 @@ from autosched.errors import UserError
 
 WorkerTokenOpt = Annotated[
     str | None,
-    typer.Option("--token", envvar="AUTOSCHED_WORKER_TOKEN", help="A worker token of the server."),
+    typer.Option(
+        "--token",
+        envvar="AUTOSCHED_WORKER_TOKEN",
+        help="A worker token of the server. On the command line it shows in `ps`: prefer the "
+        "variable or --token-file.",
+    ),
+]
+TokenFileOpt = Annotated[
+    Path | None, typer.Option("--token-file", help="Read the worker token from this file.")
 ]
 
 
 def worker(
     server: ServerOpt = DEFAULT_SERVER,
     token: WorkerTokenOpt = None,
+    token_file: TokenFileOpt = None,
     target: Annotated[
         str,
         typer.Option(
@@ -37,6 +47,7 @@ def worker(
     from autosched.signals import stop_on_signals
     from autosched.workers.daemon import WorkerDaemon
 
+    token = _token(token, token_file)
     target_json = _worker_target(target)
     stop = threading.Event()
     with (
@@ -47,6 +58,19 @@ def worker(
             client, target_json, batch=batch, config=MeasureConfig(device_index=device)
         )
         daemon.run(stop)
+
+
+def _token(token: str | None, token_file: Path | None) -> str | None:
+    if token_file is None:
+        return token
+    if token is not None:
+        raise UserError(
+            "give the worker token once: --token (or AUTOSCHED_WORKER_TOKEN), or --token-file"
+        )
+    try:
+        return token_file.read_text().strip() or None
+    except (OSError, UnicodeDecodeError) as error:
+        raise UserError(f"cannot read the token file {token_file}: {error}") from None
 
 
 def _worker_target(text: str) -> dict[str, Any]:

@@ -75,18 +75,17 @@ def export(best: BestSchedule, fmt: ExportFormat, output: Path) -> list[Path]:
 
     Raises:
         UserError: ``output`` does not suit the format (a library must end in ``.so``; a
-            database is a directory, the others files), its directory does not exist, or it
-            cannot be written.
+            database is a directory, the others files), or it cannot be written (its missing
+            directories are made first).
     """
     if fmt is ExportFormat.LIBRARY and output.suffix != ".so":
         raise UserError(f"a library export needs an output path ending in .so, not {output}")
-    if not output.parent.is_dir():
-        raise UserError(f"no directory {output.parent} to write {output.name} in")
     if fmt is ExportFormat.METASCHEDULE_DB and output.exists() and not output.is_dir():
         raise UserError(f"{output} is a file; a MetaSchedule database is written as a directory")
     if fmt is not ExportFormat.METASCHEDULE_DB and output.is_dir():
         raise UserError(f"{output} is a directory; give the path of the file to write")
     try:
+        output.parent.mkdir(parents=True, exist_ok=True)
         if fmt is ExportFormat.TVMSCRIPT:
             return [_export_tvmscript(best, output)]
         if fmt is ExportFormat.METASCHEDULE_DB:

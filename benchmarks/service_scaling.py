@@ -12,45 +12,19 @@ worker in its own thread with its own database connections, against a fresh Post
 from __future__ import annotations
 
 import argparse
-import hashlib
 import threading
 import time
-from collections.abc import Sequence
-from datetime import UTC, datetime
 
 from queue_roundtrips import fresh_database
 
 from autosched.log import TuningLog
 from autosched.log.jobs import JobStore
 from autosched.log.leases import LeaseQueue
-from autosched.records import MeasureResult, WorkloadRef
+from autosched.measure.simulated import SimulatedMeasurer
 from autosched.server.engine import Engine
 from autosched.target import host_target
 from autosched.workers.daemon import WorkerDaemon
 from autosched.workloads import get_workload
-
-
-class SimulatedMeasurer:
-    """Takes ``secs`` per candidate; the latency is a hash of the trace, so it is repeatable."""
-
-    def __init__(self, secs: float) -> None:
-        self._secs = secs
-
-    def measure(self, workload: WorkloadRef, traces: Sequence[str]) -> list[MeasureResult]:
-        results = []
-        for trace in traces:
-            time.sleep(self._secs)
-            digest = int(hashlib.sha256(trace.encode()).hexdigest()[:8], 16)
-            now = datetime.now(UTC)
-            latency = 1e-3 * (1 + digest / 2**32)
-            results.append(MeasureResult(samples=(latency,), started_at=now, finished_at=now))
-        return results
-
-    def verify(self, workload: WorkloadRef, trace: str, seed: int) -> MeasureResult | None:
-        return None
-
-    def close(self) -> None:
-        pass
 
 
 def trials_per_minute(url: str, workers: int, secs: float, trials: int) -> float:

@@ -1,25 +1,21 @@
 """Helpers shared by the tests: a free loopback port, waiting for a condition, running the
-`autosched` command line in a process of its own (``conftest.cli`` runs it in-process), threads
-released at once, and a measurer that builds nothing."""
+`autosched` command line in a process of its own (``conftest.cli`` runs it in-process), and
+threads released at once."""
 
 from __future__ import annotations
 
-import hashlib
 import socket
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import TypeVar
 
 import pytest
-
-from autosched.records import MeasureResult, WorkloadRef
 
 T = TypeVar("T")
 
@@ -86,29 +82,3 @@ def run_at_once(count: int, task: Callable[[], T]) -> list[T]:
     with ThreadPoolExecutor(count) as pool:
         futures = [pool.submit(synchronized) for _ in range(count)]
         return [future.result() for future in futures]
-
-
-class SyntheticMeasurer:
-    """A Measurer that builds and runs nothing: each candidate takes ``secs`` and its latency is a
-    hash of its trace, so answers repeat; every result verifies."""
-
-    def __init__(self, secs: float = 0.0) -> None:
-        self.secs = secs
-        self.measured: list[str] = []
-
-    def measure(self, workload: WorkloadRef, traces: Sequence[str]) -> list[MeasureResult]:
-        results = []
-        for trace in traces:
-            time.sleep(self.secs)
-            self.measured.append(trace)
-            digest = int(hashlib.sha256(trace.encode()).hexdigest()[:8], 16)
-            now = datetime.now(UTC)
-            latency = 1e-3 * (1 + digest / 2**32)
-            results.append(MeasureResult(samples=(latency,), started_at=now, finished_at=now))
-        return results
-
-    def verify(self, workload: WorkloadRef, trace: str, seed: int) -> MeasureResult | None:
-        return None
-
-    def close(self) -> None:
-        pass

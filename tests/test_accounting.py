@@ -6,12 +6,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from helpers import SyntheticMeasurer
-
 from autosched.log import TuningLog
 from autosched.log.jobs import JobStore
 from autosched.log.leases import LeaseQueue
 from autosched.log.subjects import ensure_subject
+from autosched.measure.simulated import SimulatedMeasurer
 from autosched.records import CandidateResult, JobStatus, MeasureResult, ReportedResult, WorkloadRef
 from autosched.schedule import BASELINE_TRACE, apply_trace, program_hash
 from autosched.server.engine import Engine
@@ -54,7 +53,7 @@ def test_a_job_ends_only_once_its_baseline_is_measured_too(log: TuningLog) -> No
     assert len(log.records(progress.workload.id, progress.target.id)) == 2 + 1
 
 
-class RacedMeasurer(SyntheticMeasurer):
+class RacedMeasurer(SimulatedMeasurer):
     """Slow enough that another job records the first candidate of each batch of several
     meanwhile, as a concurrent job on the same log can."""
 

@@ -7,11 +7,12 @@ import threading
 from collections.abc import Sequence
 
 import pytest
-from helpers import SyntheticMeasurer, on_sqlite, wait_for
+from helpers import on_sqlite, wait_for
 
 from autosched.log import TuningLog
 from autosched.log.jobs import JobStore
 from autosched.log.leases import LeaseQueue
+from autosched.measure.simulated import SimulatedMeasurer
 from autosched.records import JobStatus, MeasureResult
 from autosched.schedule import program_hash
 from autosched.search.base import Proposal
@@ -60,7 +61,7 @@ def test_rounds_a_strategy_cannot_fill_are_filled_from_the_design_space() -> Non
 def test_a_tiny_design_space_ends_the_job_and_says_why(log: TuningLog) -> None:
     workload = get_workload("matmul", {"M": 1, "N": 1, "K": 1})  # a handful of programs
     options = TuneOptions(trials=500, batch_size=8, seed=0, strategy="random")
-    report = tune(workload, host_target(), log, SyntheticMeasurer(), options)
+    report = tune(workload, host_target(), log, SimulatedMeasurer(), options)
     assert report.trials < 500 and report.stop_reason is not None
     distinct = len(log.records(*_ids(log, report.job_id)))
     assert report.stop_reason.startswith(f"exhausted: {distinct} distinct programs measured")
@@ -78,7 +79,7 @@ def _ids(log: TuningLog, job_id: int) -> tuple[int, int]:
 @pytest.mark.parametrize("seed", [16, 19])
 def test_tuning_again_on_a_log_spends_the_whole_second_budget(log: TuningLog, seed: int) -> None:
     workload = get_workload("matmul", MATMUL)
-    measurer = SyntheticMeasurer()
+    measurer = SimulatedMeasurer()
     options = TuneOptions(trials=24, batch_size=8, seed=seed)
     first = tune(workload, host_target(), log, measurer, options)
     second = tune(workload, host_target(), log, measurer, options)
@@ -100,7 +101,7 @@ def test_a_job_taken_over_mid_way_spends_its_whole_budget(log: TuningLog) -> Non
         seed=3,
     )
     stop = threading.Event()
-    worker = WorkerDaemon(leases, target, batch=4, measurer=SyntheticMeasurer(0.01), poll_secs=0.05)
+    worker = WorkerDaemon(leases, target, batch=4, measurer=SimulatedMeasurer(0.01), poll_secs=0.05)
     thread = threading.Thread(target=worker.run, args=(stop,))
     thread.start()
     try:

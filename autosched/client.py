@@ -179,12 +179,22 @@ class ServiceClient:
         if response.is_server_error:
             raise ServiceUnavailable(
                 f"the server at {self._base} failed: {_detail(response)} "
-                f"(HTTP {response.status_code})"
+                f"(HTTP {response.status_code})",
+                retry_after=_retry_after(response),
             )
         if response.is_error:
             error = _REFUSALS.get(response.status_code, UserError)
             raise error(f"{_detail(response)} (HTTP {response.status_code})")
         return response
+
+
+def _retry_after(response: httpx.Response) -> float | None:
+    """The seconds a 503's Retry-After asks to wait (the delay form only), within an hour."""
+    try:
+        secs = float(response.headers.get("Retry-After", ""))
+    except ValueError:
+        return None
+    return min(max(secs, 0.0), 3600.0)
 
 
 def _detail(response: httpx.Response) -> str:

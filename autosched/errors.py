@@ -25,4 +25,15 @@ class Cancelled(Exception):
 
 
 class ServiceUnavailable(Exception):
-    """The tuning service could not be reached or failed (a network error, a 5xx): retry later."""
+    """The tuning service could not be reached or failed (a network error, a 5xx): retry later,
+    after ``retry_after`` seconds where the service said so."""
+
+    def __init__(self, message: str, *, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class DatabaseUnavailable(ServiceUnavailable):
+    """The tuning log's database cannot be reached for now (it restarts, the network is down).
+
+    The service answers 503 with Retry-After, and its background loops wait it out."""

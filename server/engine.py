@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from autosched.background import BackgroundLoop
 from autosched.costmodel.base import CostModel
 from autosched.costmodel.shared import starting_model
+from autosched.errors import ServiceUnavailable
 from autosched.log import TuningLog
 from autosched.log.costmodels import CostModelStore
 from autosched.log.jobs import JobStore
@@ -157,6 +158,8 @@ class Engine(BackgroundLoop):
                     driver = self._drivers[job_id] = self._driver(job_id)
                 if not driver.advance():
                     del self._drivers[job_id]
+            except ServiceUnavailable:  # the log is gone for now: not the job's fault
+                raise
             except Exception:  # one broken job must not stop the others
                 logger.exception("job %d failed; it is marked failed", job_id)
                 self._drivers.pop(job_id, None)
@@ -168,7 +171,6 @@ class Engine(BackgroundLoop):
         return JobDriver(self._log, self._jobs, job, cost_model)
 
     def run(self, stop: threading.Event) -> None:
-        """Run rounds until ``stop`` is set."""
-        while not stop.is_set():
-            self.step()
-            stop.wait(self._poll_secs)
+        """Run rounds until ``stop`` is set, waiting out outages of the log's database; after one,
+        every job's search is rebuilt from the log, as after a restart."""
+        self.run_rounds(stop, self.step, self._poll_secs, on_outage=self._drivers.clear)

@@ -49,6 +49,6 @@ class ModelTrainer(BackgroundLoop):
         return trained
 
     def run(self, stop: threading.Event) -> None:
-        """Check every ``interval_secs`` until ``stop`` is set."""
-        while not stop.wait(self._interval_secs):
-            self.step()
+        """Check every ``interval_secs`` until ``stop`` is set, waiting out database outages."""
+        if not stop.wait(self._interval_secs):
+            self.run_rounds(stop, self.step, self._interval_secs)

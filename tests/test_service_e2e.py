@@ -6,11 +6,15 @@ processes; faults are real: `kill -9` of a worker holding a lease, and of the se
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -235,3 +239,79 @@ def test_a_job_resumes_after_the_server_is_killed(service: Service) -> None:
     service.start_server()
     service.wait_until_ended(job)
     _assert_fully_measured_once(service, service.job(job))
+
+
+class Cluster:
+    """A PostgreSQL cluster of the test's own (never the shared server), that it may crash."""
+
+    def __init__(self, bin_dir: Path, root: Path) -> None:
+        self._bin = bin_dir
+        self._data = root / "data"
+        self._root = root
+        self.port = free_port()
+        self.url = f"postgresql+psycopg://autosched@127.0.0.1:{self.port}/postgres"
+        # initdb and the server refuse to run as root: run them as the postgres user then.
+        self._as = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+        if self._as:
+            shutil.chown(root, "postgres")
+        self._run("initdb", "-D", str(self._data), "-A", "trust", "-U", "autosched")
+
+    def _run(self, tool: str, *args: str) -> None:
+        subprocess.run(
+            [*self._as, str(self._bin / tool), *args], check=True, capture_output=True, timeout=120
+        )
+
+    def start(self) -> None:
+        options = f"-p {self.port} -k {self._root} -c listen_addresses=127.0.0.1"
+        log = str(self._root / "server.log")
+        self._run("pg_ctl", "-D", str(self._data), "-o", options, "-l", log, "-w", "start")
+
+    def crash(self) -> None:
+        """Stop at once, as a crash would: no checkpoint, clients cut off."""
+        self._run("pg_ctl", "-D", str(self._data), "-m", "immediate", "-w", "stop")
+
+
+@pytest.fixture
+def cluster() -> Iterator[Cluster]:
+    found = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"))
+    if not found:
+        pytest.skip("no PostgreSQL server binaries (initdb, pg_ctl) to run a cluster of our own")
+    root = Path(tempfile.mkdtemp(prefix="autosched-pg-"))
+    root.chmod(0o755)
+    own = Cluster(found[-1].parent, root)
+    own.start()
+    try:
+        yield own
+    finally:
+        with contextlib.suppress(subprocess.CalledProcessError):
+            own.crash()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_a_job_outlives_a_database_crash_and_restart(cluster: Cluster, tmp_path: Path) -> None:
+    service = Service(cluster.url, tmp_path)
+    try:
+        service.start_server()
+        service.start_worker()
+        job = service.submit(MATMUL, trials=8, batch_size=2, seed=6)
+        wait_for(lambda: service.job(job)["trials_done"] >= 2, "the first measurements")
+        cluster.crash()
+        down = httpx.get(f"{service.url}/healthz/ready", timeout=10)
+        assert down.status_code == 503 and down.headers["Retry-After"] == "5"
+        assert httpx.get(f"{service.url}/healthz", timeout=10).status_code == 200  # still alive
+        refused = service.http.get(f"/jobs/{job}")
+        assert refused.status_code == 503 and "unavailable" in refused.json()["detail"]
+        time.sleep(3)
+        cluster.start()
+        wait_for(
+            lambda: httpx.get(f"{service.url}/healthz/ready", timeout=10).status_code == 200,
+            "the server to be ready again",
+        )
+        service.wait_until_ended(job)
+        _assert_fully_measured_once(service, service.job(job))
+    finally:
+        service.stop()
+    server_log = (tmp_path / "server.log").read_text()
+    for loop in ("engine-", "model-trainer"):  # one line when the outage starts, not per retry
+        lost = [line for line in server_log.splitlines() if loop in line and "retrying" in line]
+        assert len(lost) <= 1, lost

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from typing import Protocol, TypeVar
 
-from autosched.background import BackgroundLoop
+from autosched.background import MAX_BACKOFF_SECS, BackgroundLoop
 from autosched.errors import Cancelled, ServiceUnavailable
 from autosched.measure import CorrectnessGate, LocalMeasurer, MeasureConfig, Measurer
 from autosched.records import Lease, LeasedCandidate, ReportedResult, ReportOutcome
@@ -26,7 +26,6 @@ from autosched.target import device_fingerprint
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
-MAX_BACKOFF_SECS = 30.0
 MIN_HEARTBEAT_SECS = 0.5
 
 
@@ -150,8 +149,9 @@ class WorkerDaemon(BackgroundLoop):
                 return call()
             except ServiceUnavailable as error:
                 tried += 1
-                logger.warning("service unavailable (%s); retrying in %.1f s", error, backoff)
-                stop.wait(backoff)
+                wait = max(backoff, error.retry_after or 0.0)
+                logger.warning("service unavailable (%s); retrying in %.1f s", error, wait)
+                stop.wait(wait)
                 backoff = min(backoff * 2, MAX_BACKOFF_SECS)
         return None
 

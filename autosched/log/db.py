@@ -17,10 +17,10 @@ from alembic.config import Config
 from alembic.util.exc import CommandError
 from sqlalchemy import Engine, create_engine, event, inspect, make_url, text
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.engine import Connection
-from sqlalchemy.exc import ArgumentError
+from sqlalchemy.engine import Connection, ExceptionContext
+from sqlalchemy.exc import ArgumentError, InterfaceError, OperationalError
 
-from autosched.errors import UserError
+from autosched.errors import DatabaseUnavailable, UserError
 
 _SQLITE_BUSY_TIMEOUT_MS = 30_000
 # Alembic keeps the running migration's context in module globals: one migration per process.
@@ -69,7 +69,23 @@ def create_log_engine(url: str) -> Engine:
     if engine.dialect.name == "sqlite":
         event.listen(engine, "connect", _configure_sqlite)
         event.listen(engine, "begin", _begin_immediate)
+    event.listen(engine, "handle_error", _unavailable)
     return engine
+
+
+def _unavailable(context: ExceptionContext) -> DatabaseUnavailable | None:
+    """A lost or refused connection becomes DatabaseUnavailable, which callers wait out; any other
+    database error stays what it is."""
+    error = context.sqlalchemy_exception
+    lost = context.is_disconnect or (
+        context.dialect is not None
+        and context.dialect.name == "postgresql"
+        and isinstance(error, OperationalError | InterfaceError)
+    )
+    if not lost:
+        return None
+    reason = one_line(str(getattr(error, "orig", None) or context.original_exception))
+    return DatabaseUnavailable(f"the tuning log's database is unavailable: {reason}")
 
 
 def _configure_sqlite(dbapi_connection: Any, _record: object) -> None:

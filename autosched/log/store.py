@@ -20,7 +20,7 @@ from sqlalchemy import Select, and_, func, select, update
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, sessionmaker
 
-from autosched.errors import Conflict, NotFound, UserError
+from autosched.errors import Conflict, DatabaseUnavailable, NotFound, UserError
 from autosched.log.db import (
     INSERTS,
     Insert,
@@ -96,7 +96,7 @@ class TuningLog:
         self._engine = create_log_engine(self._url)
         try:
             upgrade_schema(self._engine)
-        except (DBAPIError, CommandError) as exc:
+        except (DBAPIError, CommandError, DatabaseUnavailable) as exc:
             self._engine.dispose()
             reason = str(exc.orig) if isinstance(exc, DBAPIError) else str(exc)
             raise UserError(
@@ -125,6 +125,11 @@ class TuningLog:
     def insert(self) -> Insert:
         """The dialect's INSERT construct, which offers ``on_conflict_do_nothing``/``_update``."""
         return self._insert
+
+    def ping(self) -> None:
+        """Reach the database once. Raises DatabaseUnavailable when it cannot be reached."""
+        with self._engine.connect() as connection:
+            connection.exec_driver_sql("SELECT 1")
 
     def close(self) -> None:
         """Close every pooled connection. The log may not be used afterwards."""

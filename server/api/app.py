@@ -18,7 +18,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 
 from autosched import __version__
-from autosched.errors import Conflict, NotFound, UserError
+from autosched.errors import Conflict, NotFound, ServiceUnavailable, UserError
 from autosched.log import TuningLog
 from autosched.log.jobs import JobStore
 from autosched.log.leases import LeaseQueue
@@ -32,7 +32,13 @@ API_PREFIX = "/api/v1"
 
 
 class BackgroundService(Protocol):
-    """Work that runs beside the API (threads or processes), started and stopped with the app."""
+    """Work that runs beside the API (threads or processes), started and stopped with the app;
+    the server is ready only while every one of them is ``alive``."""
+
+    name: str
+
+    @property
+    def alive(self) -> bool: ...
 
     def start(self) -> None: ...
 
@@ -55,6 +61,7 @@ def create_app(settings: Settings, *, background: Sequence[ServiceFactory] = ())
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         log = TuningLog(settings.db_url)
         started: list[BackgroundService] = []
+        app.state.background = started
         try:
             tokens = TokenStore(log)
             for role, token in settings.env_tokens().items():
@@ -86,6 +93,7 @@ def create_app(settings: Settings, *, background: Sequence[ServiceFactory] = ())
     for group in (jobs, workloads, records, workers):
         app.include_router(group.router, prefix=API_PREFIX)
     app.add_exception_handler(UserError, _domain_error)
+    app.add_exception_handler(ServiceUnavailable, _unavailable)
     app.add_exception_handler(RequestValidationError, _validation_error)
     if settings.no_auth:
         app.middleware("http")(_loopback_hosts_only)
@@ -110,6 +118,18 @@ _STATUS: dict[type[UserError], int] = {
     Conflict: status.HTTP_409_CONFLICT,
     UserError: status.HTTP_422_UNPROCESSABLE_CONTENT,
 }
+
+
+RETRY_AFTER_SECS = 5
+
+
+async def _unavailable(_request: Request, error: Exception) -> JSONResponse:
+    """The tuning log's database is down for now: 503, and when to try again."""
+    return JSONResponse(
+        {"detail": " ".join(str(error).split())},
+        status_code=status.HTTP_503_SERVICE_UNAVAILABLE,
+        headers={"Retry-After": str(RETRY_AFTER_SECS)},
+    )
 
 
 async def _domain_error(_request: Request, error: Exception) -> JSONResponse:

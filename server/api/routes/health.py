@@ -1,16 +1,20 @@
-"""Liveness and Prometheus metrics, open without a token so probes and scrapers need no secret.
+"""Liveness, readiness and Prometheus metrics, open without a token so probes and scrapers need no
+secret. None reveals more than counts and the names of what is down.
 
-Neither reveals more than counts.
+``/healthz`` answers while the process serves HTTP (liveness: restart it if not);
+``/healthz/ready`` answers 200 only while the tuning log's database is reachable and every
+background loop (engine, trainer, local worker) runs, else 503 (readiness: send no work).
 """
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 from fastapi.responses import PlainTextResponse
 
+from autosched.errors import ServiceUnavailable
 from autosched.log.leases import QueueMetrics
 from autosched.protocol import HealthPublic
-from autosched.server.api.deps import LeasesDep
+from autosched.server.api.deps import LeasesDep, LogDep
 
 router = APIRouter(tags=["health"])
 
@@ -20,6 +24,19 @@ PROMETHEUS_TEXT = "text/plain; version=0.0.4; charset=utf-8"
 @router.get("/healthz")
 def healthz() -> HealthPublic:
     """The server is up."""
+    return HealthPublic()
+
+
+@router.get(
+    "/healthz/ready",
+    responses={503: {"description": "The database or a background loop is down."}},
+)
+def ready(request: Request, log: LogDep) -> HealthPublic:
+    """The database answers and every background loop runs."""
+    log.ping()  # DatabaseUnavailable: 503 with Retry-After
+    stopped = [service.name for service in request.app.state.background if not service.alive]
+    if stopped:
+        raise ServiceUnavailable(f"background loops stopped: {', '.join(stopped)}")
     return HealthPublic()
 
 

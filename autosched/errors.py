@@ -16,6 +16,10 @@ class NotFound(UserError):
     """What the request names is not there: no such job, workload, worker or lease."""
 
 
+class Forbidden(UserError):
+    """The caller may not act on what the request names (a worker registered by another token)."""
+
+
 class Conflict(UserError):
     """The request is valid but the state of things refuses it (e.g. a name that means several)."""
 

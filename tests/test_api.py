@@ -338,6 +338,23 @@ def test_oversized_bodies_are_refused_with_413(api: Api) -> None:
 # The worker protocol, workloads, records and best schedules.
 
 
+def test_only_the_token_that_registered_a_worker_may_act_for_it(api: Api) -> None:
+    worker = api.register()
+    other = api.http.app.state.stores.tokens.create(Role.WORKER, "another worker")
+    as_other = {"Authorization": f"Bearer {other}"}
+    for path, body in [
+        (f"/api/v1/workers/{worker}/heartbeat", None),
+        (f"/api/v1/workers/{worker}/leases", {"n": 1}),
+        (f"/api/v1/workers/{worker}/leases/1/report", {"results": []}),
+        (f"/api/v1/workers/{worker}/leases/1/release", None),
+    ]:
+        refused = api.http.post(path, json=body, headers=as_other)
+        assert refused.status_code == 403, (path, refused.text)
+        assert "registered with another token" in _one_line(refused)
+    assert api.as_worker("POST", f"/api/v1/workers/{worker}/heartbeat").status_code == 204
+    assert api.http.post("/api/v1/workers/999/heartbeat", headers=as_other).status_code == 404
+
+
 def test_workers_lease_report_and_release(api: Api) -> None:
     worker = api.register()
     job = api.submit(target="llvm")

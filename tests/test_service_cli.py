@@ -89,8 +89,9 @@ def test_token_create_prints_a_token_of_the_role(cli: Cli, db_url: str) -> None:
     assert document["role"] == "client" and document["name"] == "ci"
     with TuningLog(db_url) as log:
         store = TokenStore(log)
-        assert store.authenticate(token) is Role.WORKER
-        assert store.authenticate(document["token"]) is Role.CLIENT
+        worker, client = store.authenticate(token), store.authenticate(document["token"])
+        assert worker is not None and worker.role is Role.WORKER
+        assert client is not None and client.role is Role.CLIENT and client.id != worker.id
         assert store.authenticate(token + "x") is None
     refused = cli("token", "create", "--role", "admin", "--db", db_url)
     assert refused.code == 2 and "admin" in refused.err

@@ -85,8 +85,11 @@ class LeaseQueue:
         self._expiry_interval = min(timedelta(seconds=1), self._lease / 4)
         self._next_expiry = utcnow()
 
-    def register_worker(self, *, name: str, target: dict, fingerprint: dict) -> int:
-        """Record a worker daemon of ``target`` on the device ``fingerprint``; returns its id."""
+    def register_worker(
+        self, *, name: str, target: dict, fingerprint: dict, token_id: int | None = None
+    ) -> int:
+        """Record a worker daemon of ``target`` on the device ``fingerprint``, registered with the
+        API token ``token_id`` (None: without auth); returns its id."""
         target_id = ensure_target(self._log, target).id
         device_id = self._log.ensure_device(fingerprint)
         with self._sessions.begin() as session:
@@ -97,6 +100,7 @@ class LeaseQueue:
                 device_id=device_id,
                 registered_at=now,
                 heartbeat_at=now,
+                token_id=token_id,
             )
             session.add(worker)
             session.flush()
@@ -119,6 +123,14 @@ class LeaseQueue:
         )
         with self._sessions.begin() as session:
             return list(session.scalars(query).all())
+
+    def owner(self, worker_id: int) -> int | None:
+        """The API token the worker registered with (None: without auth).
+
+        Raises NotFound if there is no such worker.
+        """
+        with self._sessions.begin() as session:
+            return _worker(session, worker_id).token_id
 
     def heartbeat(self, worker_id: int) -> None:
         """Note the worker alive and extend its active leases."""

@@ -226,6 +226,8 @@ class Worker(Base):
     device_id: Mapped[int] = mapped_column(ForeignKey("devices.id"))
     registered_at: Mapped[CreatedAt]
     heartbeat_at: Mapped[datetime]
+    # The token it registered with: only that token may act for it (None: a server without auth).
+    token_id: Mapped[int | None] = mapped_column(ForeignKey("api_tokens.id"))
 
 
 class Lease(Base):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+from dataclasses import dataclass
 from enum import Enum
 
 from sqlalchemy import select
@@ -24,6 +25,14 @@ class Role(str, Enum):
 
     CLIENT = "client"
     WORKER = "worker"
+
+
+@dataclass(frozen=True)
+class Credential:
+    """A stored token, as a request presents it: its id and role."""
+
+    id: int
+    role: Role
 
 
 class TokenStore:
@@ -73,14 +82,14 @@ class TokenStore:
         if stored != role.value:
             raise UserError(f"this token is already a {stored} token; use another one")
 
-    def authenticate(self, token: str) -> Role | None:
-        """The role of ``token``, or ``None`` if it is unknown or revoked."""
-        query = select(ApiToken.role).where(
+    def authenticate(self, token: str) -> Credential | None:
+        """The stored token ``token``, or ``None`` if it is unknown or revoked."""
+        query = select(ApiToken.id, ApiToken.role).where(
             ApiToken.token_hash == _hash(token), ApiToken.revoked_at.is_(None)
         )
         with self._log.sessions.begin() as session:
-            role = session.scalar(query)
-        return None if role is None else Role(role)
+            found = session.execute(query).one_or_none()
+        return None if found is None else Credential(found.id, Role(found.role))
 
 
 def _hash(token: str) -> str:

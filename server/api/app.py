@@ -18,7 +18,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 
 from autosched import __version__
-from autosched.errors import Conflict, NotFound, ServiceUnavailable, UserError
+from autosched.errors import Conflict, Forbidden, NotFound, ServiceUnavailable, UserError
 from autosched.log import TuningLog
 from autosched.log.jobs import JobStore
 from autosched.log.leases import LeaseQueue
@@ -115,6 +115,7 @@ async def _loopback_hosts_only(
 # The one place where domain errors become HTTP: the most specific class that matches wins.
 _STATUS: dict[type[UserError], int] = {
     NotFound: status.HTTP_404_NOT_FOUND,
+    Forbidden: status.HTTP_403_FORBIDDEN,
     Conflict: status.HTTP_409_CONFLICT,
     UserError: status.HTTP_422_UNPROCESSABLE_CONTENT,
 }

@@ -13,10 +13,11 @@ from typing import Annotated
 from fastapi import Depends, HTTPException, Path, Query, Request, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
+from autosched.errors import Forbidden
 from autosched.log import TuningLog
 from autosched.log.jobs import JobStore
 from autosched.log.leases import LeaseQueue
-from autosched.log.tokens import Role, TokenStore
+from autosched.log.tokens import Credential, Role, TokenStore
 from autosched.protocol import MAX_ID
 from autosched.server.settings import Settings
 
@@ -73,26 +74,28 @@ _bearer = HTTPBearer(
 )
 
 
-def _require(role: Role) -> Callable[..., None]:
-    """A dependency that lets a request through only with a valid token of ``role``."""
+def _require(role: Role) -> Callable[..., Credential | None]:
+    """A dependency that lets a request through only with a valid token of ``role``; it gives the
+    token (None on a server without auth)."""
 
     def authorize(
         request: Request,
         credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
-    ) -> None:
+    ) -> Credential | None:
         stores = get_stores(request)
         if stores.settings.no_auth:
-            return
+            return None
         if credentials is None:
             raise _unauthorized("a bearer token is required (Authorization: Bearer TOKEN)")
         found = stores.tokens.authenticate(credentials.credentials)
         if found is None:
             raise _unauthorized("the bearer token is unknown or revoked")
-        if found is not role:
+        if found.role is not role:
             raise HTTPException(
                 status.HTTP_403_FORBIDDEN,
-                f"a {found.value} token cannot use this route; it needs a {role.value} token",
+                f"a {found.role.value} token cannot use this route; it needs a {role.value} token",
             )
+        return found
 
     return authorize
 
@@ -103,5 +106,19 @@ def _unauthorized(message: str) -> HTTPException:
     )
 
 
+_worker_token = _require(Role.WORKER)
 ClientAuth = Depends(_require(Role.CLIENT))
-WorkerAuth = Depends(_require(Role.WORKER))
+WorkerAuth = Depends(_worker_token)
+WorkerCaller = Annotated[Credential | None, Depends(_worker_token)]
+
+
+def _own_worker(worker_id: PathId, request: Request, caller: WorkerCaller) -> int:
+    """The worker ``worker_id``, if the caller's token is the one it registered with."""
+    owner = get_leases(request).owner(worker_id)
+    if caller is not None and owner != caller.id:
+        raise Forbidden(f"worker {worker_id} was registered with another token")
+    return worker_id
+
+
+OwnWorkerId = Annotated[int, Depends(_own_worker)]
+"""A worker id from the path, acted on by the token that registered it (else 403)."""

@@ -1,7 +1,8 @@
 """The worker protocol: register, heartbeat, lease candidates, report their results, release.
 
-Only worker tokens may call these routes. An unknown worker or lease is a 404: a worker that gets
-one after a server restart or a lost lease registers again.
+Only worker tokens may call these routes, and only the token a worker registered with may act for
+it (else 403). An unknown worker or lease is a 404: a worker that gets one after a server restart
+or a lost lease registers again.
 """
 
 from __future__ import annotations
@@ -17,24 +18,34 @@ from autosched.protocol import (
     WorkerPublic,
     WorkerRegister,
 )
-from autosched.server.api.deps import LeasesDep, PathId, SettingsDep, WorkerAuth
+from autosched.server.api.deps import (
+    LeasesDep,
+    OwnWorkerId,
+    PathId,
+    SettingsDep,
+    WorkerAuth,
+    WorkerCaller,
+)
 
 router = APIRouter(prefix="/workers", tags=["workers"], dependencies=[WorkerAuth])
 
 
 @router.post("", status_code=status.HTTP_201_CREATED)
 def register_worker(
-    worker: WorkerRegister, leases: LeasesDep, settings: SettingsDep
+    worker: WorkerRegister, leases: LeasesDep, settings: SettingsDep, caller: WorkerCaller
 ) -> WorkerPublic:
     """Register a worker daemon with the exact target it measures and its device fingerprint."""
     worker_id = leases.register_worker(
-        name=worker.name, target=worker.target, fingerprint=worker.fingerprint
+        name=worker.name,
+        target=worker.target,
+        fingerprint=worker.fingerprint,
+        token_id=None if caller is None else caller.id,
     )
     return WorkerPublic(id=worker_id, lease_secs=settings.lease_secs)
 
 
 @router.post("/{worker_id}/heartbeat", status_code=status.HTTP_204_NO_CONTENT)
-def heartbeat(worker_id: PathId, leases: LeasesDep) -> None:
+def heartbeat(worker_id: OwnWorkerId, leases: LeasesDep) -> None:
     """Note the worker alive and extend its leases."""
     leases.heartbeat(worker_id)
 
@@ -44,7 +55,9 @@ def heartbeat(worker_id: PathId, leases: LeasesDep) -> None:
     response_model=LeasePublic,
     responses={status.HTTP_204_NO_CONTENT: {"description": "Nothing is queued for the target."}},
 )
-def lease(worker_id: PathId, request: LeaseRequest, leases: LeasesDep) -> LeasePublic | Response:
+def lease(
+    worker_id: OwnWorkerId, request: LeaseRequest, leases: LeasesDep
+) -> LeasePublic | Response:
     """Lease up to ``n`` queued candidates of the worker's target."""
     leased = leases.lease(worker_id, request.n)
     if leased is None:
@@ -54,7 +67,7 @@ def lease(worker_id: PathId, request: LeaseRequest, leases: LeasesDep) -> LeaseP
 
 @router.post("/{worker_id}/leases/{lease_id}/report")
 def report(
-    worker_id: PathId, lease_id: PathId, request: ReportRequest, leases: LeasesDep
+    worker_id: OwnWorkerId, lease_id: PathId, request: ReportRequest, leases: LeasesDep
 ) -> ReportOutcomePublic:
     """Store the results of a lease's candidates; reporting the same results again is harmless."""
     results = [result.to_reported() for result in request.results]
@@ -62,6 +75,6 @@ def report(
 
 
 @router.post("/{worker_id}/leases/{lease_id}/release")
-def release(worker_id: PathId, lease_id: PathId, leases: LeasesDep) -> ReleasePublic:
+def release(worker_id: OwnWorkerId, lease_id: PathId, leases: LeasesDep) -> ReleasePublic:
     """Give the lease's unmeasured candidates back to the queue."""
     return ReleasePublic(released=leases.release(worker_id, lease_id))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -261,3 +262,27 @@ def test_tune_and_log_through_a_database_url(db_url: str, tmp_path: Path) -> Non
     assert row["workload"] == "softmax" and row["trials"] == 1 + report["trials"]
     assert row["best_latency_us"] == pytest.approx(report["best_latency_us"])
     assert not (tmp_path / "autosched.db").exists()
+
+
+def test_read_only_commands_create_nothing_and_no_command_takes_a_foreign_database(
+    cli: Cli, tmp_path: Path
+) -> None:
+    empty = tmp_path / "empty.db"
+    empty.touch()
+    foreign = tmp_path / "shop.db"
+    with sqlite3.connect(foreign) as connection:
+        connection.execute("CREATE TABLE customers (id INTEGER PRIMARY KEY)")
+    for args, message in [
+        (["log", "--db", f"sqlite:///{empty}"], "holds no tuning log yet"),
+        (["model", "list", "--db", f"sqlite:///{empty}"], "holds no tuning log yet"),
+        (["log", "--db", f"sqlite:///{foreign}"], "not a tuning log's (customers)"),
+        (["tune", "matmul", *SHAPE, "--db", f"sqlite:///{foreign}"], "not a tuning log's"),
+    ]:
+        result = cli(*args)
+        assert result.code == 2 and message in result.err, (args, result.err)
+        assert len(result.err.strip().splitlines()) == 1
+    with sqlite3.connect(empty) as connection:
+        assert connection.execute("SELECT name FROM sqlite_master").fetchall() == []
+    with sqlite3.connect(foreign) as connection:
+        tables = connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+        assert [name for (name,) in tables] == ["customers"]

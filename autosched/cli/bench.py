@@ -144,7 +144,7 @@ def search(
     overrides = parse_param_overrides(param or [])
     specs = [get_workload(name, overrides) for name in workloads or ["matmul", "conv2d_nhwc"]]
     target_json = parse_target(target)
-    source = open_log(db, must_exist=True) if "warm" in chosen or replay else None
+    source = open_log(db, must_exist=True, read_only=True) if "warm" in chosen or replay else None
     try:
         results = bench_search(
             specs,

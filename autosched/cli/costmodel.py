@@ -181,7 +181,7 @@ def list_models(target: ModelTargetOpt = None, db: DbOpt = None, as_json: JsonOp
     from autosched.log.costmodels import CostModelStore
 
     family = None if target is None else _family(target)
-    log = open_log(db, must_exist=True)
+    log = open_log(db, must_exist=True, read_only=True)
     try:
         versions = CostModelStore(log).versions(family)
     finally:

@@ -40,16 +40,17 @@ TokenOpt = Annotated[
 ]
 
 
-def open_log(db: str | None, *, must_exist: bool) -> TuningLog:
+def open_log(db: str | None, *, must_exist: bool, read_only: bool = False) -> TuningLog:
     """The tuning log at ``db`` (or the default); with ``must_exist``, a missing SQLite file is a
-    one-line error rather than a new empty log."""
+    one-line error rather than a new empty log. A ``read_only`` command's log must exist and be
+    up to date: nothing is created or migrated."""
     from sqlalchemy.engine import make_url
 
     from autosched.errors import UserError
     from autosched.log import TuningLog, default_db_url
 
     url = db or default_db_url()
-    if must_exist:
+    if must_exist or read_only:
         try:
             parsed = make_url(url)
         except Exception as error:
@@ -57,4 +58,4 @@ def open_log(db: str | None, *, must_exist: bool) -> TuningLog:
         path = parsed.database
         if parsed.get_backend_name() == "sqlite" and path and not Path(path).exists():
             raise UserError(f"no tuning log at {path}; run `autosched tune` first or pass --db")
-    return TuningLog(url)
+    return TuningLog(url, migrate=not read_only)

@@ -191,7 +191,7 @@ def workloads(as_json: JsonOpt = False) -> None:
 
 def show_log(db: DbOpt = None, as_json: JsonOpt = False) -> None:
     """List tuned workloads x targets with best latency and trial counts."""
-    log = open_log(db, must_exist=True)
+    log = open_log(db, must_exist=True, read_only=True)
     try:
         rows = log.summary()
     finally:
@@ -269,7 +269,7 @@ def export_schedule(
         best = _fetch_best(server, token, spec, target)
     else:
         target_json = parse_target(target)
-        log = open_log(db, must_exist=True)
+        log = open_log(db, must_exist=True, read_only=True)
         try:
             best = best_schedule(log, spec, target_json)
         finally:

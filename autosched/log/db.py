@@ -14,6 +14,7 @@ from typing import Any
 
 from alembic import command
 from alembic.config import Config
+from alembic.script import ScriptDirectory
 from alembic.util.exc import CommandError
 from sqlalchemy import Engine, create_engine, event, inspect, make_url, text
 from sqlalchemy.dialects import postgresql, sqlite
@@ -105,10 +106,60 @@ def _begin_immediate(connection: Connection) -> None:
     connection.exec_driver_sql("BEGIN IMMEDIATE")
 
 
-def upgrade_schema(engine: Engine) -> None:
-    """Run the Alembic migrations up to head, in one transaction."""
+# Tables another tool may keep in the log's database: Optuna's RDB storage (TPE's studies).
+_OPTUNA_TABLES = frozenset({"studies", "trials", "version_info", _LEGACY_VERSION_TABLE})
+_OPTUNA_PREFIXES = ("study_", "trial_")
+
+
+def _config() -> Config:
     config = Config()
     config.set_main_option("script_location", "autosched.log:migrations")
+    return config
+
+
+def check_schema(engine: Engine, *, migrate: bool) -> None:
+    """Refuse a database holding tables that are neither autosched's nor Optuna's; then bring an
+    autosched log up to date (``migrate``), or only check that it is (a read-only command).
+
+    Raises:
+        UserError: foreign tables; without ``migrate``, no tuning log or one of another schema.
+    """
+    from autosched.log.models import Base
+
+    with engine.connect() as connection:
+        tables = set(inspect(connection).get_table_names())
+        ours = {*Base.metadata.tables, VERSION_TABLE}
+        foreign = sorted(
+            name for name in tables - ours - _OPTUNA_TABLES if not name.startswith(_OPTUNA_PREFIXES)
+        )
+        if foreign:
+            raise UserError(
+                f"the database holds tables that are not a tuning log's ({', '.join(foreign[:5])}"
+                f"{', ...' if len(foreign) > 5 else ''}); give a database of its own"
+            )
+        if migrate:
+            connection.rollback()
+        else:
+            revision = None
+            if VERSION_TABLE in tables:
+                revision = connection.execute(
+                    text(f"SELECT version_num FROM {VERSION_TABLE}")
+                ).scalar()
+            head = ScriptDirectory.from_config(_config()).get_current_head()
+            if revision is None:
+                raise UserError("the database holds no tuning log yet; run autosched tune first")
+            if revision != head:
+                raise UserError(
+                    f"the tuning log has schema {revision}, this autosched reads {head}; a "
+                    "command that writes (autosched tune, serve) upgrades it"
+                )
+            return
+    upgrade_schema(engine)
+
+
+def upgrade_schema(engine: Engine) -> None:
+    """Run the Alembic migrations up to head, in one transaction."""
+    config = _config()
     with _MIGRATION_LOCK, engine.connect() as connection:
         sqlite_connection = (
             connection.connection.driver_connection if engine.dialect.name == "sqlite" else None

@@ -24,11 +24,11 @@ from autosched.errors import Conflict, DatabaseUnavailable, NotFound, UserError
 from autosched.log.db import (
     INSERTS,
     Insert,
+    check_schema,
     create_log_engine,
     default_db_url,
     display,
     one_line,
-    upgrade_schema,
 )
 from autosched.log.models import (
     BestRecord,
@@ -70,6 +70,9 @@ class TuningLog:
     Contract:
         * Opening a log brings its schema up to date (Alembic ``upgrade head``); opening an
           up-to-date log changes nothing. Several processes may open the same log at once.
+          With ``migrate=False`` (read-only commands) nothing is created or migrated: the
+          database must hold an up-to-date log. A database holding tables that are neither
+          autosched's nor Optuna's is refused either way.
         * Every method runs in its own transaction: it is stored entirely or not at all.
         * Thread safety: one ``TuningLog`` may be shared by threads; each call takes its own
           connection from the pool. After ``os.fork`` the child must open its own ``TuningLog``.
@@ -82,6 +85,7 @@ class TuningLog:
           measurement, and it only changes to a strictly faster one.
 
     Args:
+        migrate: Create or upgrade the schema (False: only check it).
         url: A SQLAlchemy URL (``sqlite:///path.db``, ``postgresql+psycopg://user@host/db``; a bare
             ``postgresql://`` uses psycopg 3). ``None`` means ``default_db_url()``.
 
@@ -91,11 +95,14 @@ class TuningLog:
             by a newer autosched). The message is one line.
     """
 
-    def __init__(self, url: str | None = None) -> None:
+    def __init__(self, url: str | None = None, *, migrate: bool = True) -> None:
         self._url = default_db_url() if url is None else url
         self._engine = create_log_engine(self._url)
         try:
-            upgrade_schema(self._engine)
+            check_schema(self._engine, migrate=migrate)
+        except UserError:
+            self._engine.dispose()
+            raise
         except (DBAPIError, CommandError, DatabaseUnavailable) as exc:
             self._engine.dispose()
             reason = str(exc.orig) if isinstance(exc, DBAPIError) else str(exc)

@@ -17,6 +17,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    StrictBool,
     StrictInt,
     StrictStr,
     model_validator,
@@ -45,7 +46,8 @@ MAX_BATCH = 4096
 MAX_LEASE = 1024
 MAX_PAGE = 1000
 MAX_PROGRAM_JSON = 8 << 20  # characters; the request body limit is usually lower
-Id = Annotated[int, Field(ge=1, le=MAX_ID)]
+# Request fields take JSON numbers and booleans as they are: "8" or true is no integer.
+Id = Annotated[StrictInt, Field(ge=1, le=MAX_ID)]
 Seconds = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 Strategy = Literal[STRATEGY_NAMES]  # type: ignore[valid-type]  # the registry's names
 
@@ -114,10 +116,10 @@ class JobCreate(_Request):
 
     workload: WorkloadIn
     target: Annotated[str, Field(min_length=1, max_length=4096)] | dict[str, Any] = "llvm"
-    trials: int = Field(64, ge=1, le=MAX_TRIALS)
-    batch_size: int = Field(64, ge=1, le=MAX_BATCH)
+    trials: StrictInt = Field(64, ge=1, le=MAX_TRIALS)
+    batch_size: StrictInt = Field(64, ge=1, le=MAX_BATCH)
     strategy: Strategy = DEFAULT_STRATEGY
-    seed: int | None = Field(None, ge=0, le=MAX_ID)
+    seed: StrictInt | None = Field(None, ge=0, le=MAX_ID)
 
 
 class WorkloadPublic(BaseModel):
@@ -327,7 +329,7 @@ class WorkerPublic(BaseModel):
 
 
 class LeaseRequest(_Request):
-    n: int = Field(1, ge=1, le=MAX_LEASE, description="Candidates wanted at most.")
+    n: StrictInt = Field(1, ge=1, le=MAX_LEASE, description="Candidates wanted at most.")
 
 
 class WorkloadRefPublic(BaseModel):
@@ -408,7 +410,7 @@ class ResultIn(_Request):
     samples: list[Seconds] = Field(default_factory=list, max_length=1000)
     error_kind: ErrorKind | None = None
     error_msg: str | None = Field(None, max_length=65536)
-    verified: bool = False
+    verified: StrictBool = False
     build_secs: Seconds | None = None
     started_at: AwareDatetime | None = None
     finished_at: AwareDatetime | None = None
@@ -479,6 +481,28 @@ class ReleasePublic(BaseModel):
 
 
 # Health.
+
+
+class Problem(BaseModel):
+    """Every refusal and failure: one line saying what is wrong (and, where it helps, what would
+    be right)."""
+
+    detail: str
+
+
+PROBLEMS: dict[int | str, dict[str, Any]] = {
+    code: {"model": Problem, "description": description}
+    for code, description in {
+        401: "No bearer token, or an unknown or revoked one (WWW-Authenticate: Bearer).",
+        403: "A token of the other role, or another worker's token.",
+        404: "What the request names is not in the tuning log.",
+        409: "A target kind with no live worker, or several targets.",
+        413: "A body over the server's limit.",
+        422: "Bad input: a body or parameter that does not validate, or a program not admitted.",
+        503: "The tuning log's database is unreachable; retry after Retry-After seconds.",
+    }.items()
+}
+"""The refusals every route may answer with, for the OpenAPI document."""
 
 
 class HealthPublic(BaseModel):

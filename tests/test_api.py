@@ -35,6 +35,7 @@ WORKER_TARGET = {"kind": "llvm", "mcpu": "skylake-avx512", "num-cores": 2}
 OTHER_TARGET = {"kind": "llvm", "mcpu": "znver3", "num-cores": 8}
 FINGERPRINT = {"cpu_model": "test cpu", "physical_cores": 2}
 MAX_BODY = 64 * 1024
+PROBLEM = ("401", "403", "404", "409", "413", "422", "503")
 NOW = datetime.now(timezone.utc).isoformat()
 
 
@@ -168,6 +169,14 @@ def test_health_metrics_and_docs_need_no_token(api: Api) -> None:
     spec = api.http.get("/openapi.json").json()
     assert {"/api/v1/jobs", "/api/v1/workers/{worker_id}/leases", "/healthz"} <= set(spec["paths"])
     assert spec["components"]["securitySchemes"]["HTTPBearer"]["scheme"] == "bearer"
+    problem = {"$ref": "#/components/schemas/Problem"}
+    for path, operations in spec["paths"].items():
+        for method, operation in operations.items():
+            codes = {"503"} if path.startswith("/healthz") or path == "/metrics" else set(PROBLEM)
+            assert codes <= set(operation["responses"]), (method, path)
+            for code in codes:  # the body every refusal has: {"detail": "one line"}
+                (content,) = operation["responses"][code]["content"].values()
+                assert content["schema"] == problem, (method, path, code)
 
 
 def test_a_server_without_auth_takes_requests_without_a_token(tmp_path) -> None:
@@ -267,6 +276,9 @@ BAD_JOBS: list[tuple[dict, str]] = [
     ({"workload": {}}, "give the name of a built-in workload"),
     ({"workload": MATMUL, "trials": 0}, "trials"),
     ({"workload": MATMUL, "trials": 10**9}, "trials"),
+    ({"workload": MATMUL, "trials": "8"}, "trials: Input should be a valid integer"),
+    ({"workload": MATMUL, "trials": True}, "trials: Input should be a valid integer"),
+    ({"workload": MATMUL, "seed": 1.0}, "seed"),
     ({"workload": MATMUL, "batch_size": 10**6}, "batch_size"),
     ({"workload": MATMUL, "seed": 2**40}, "seed"),
     ({"workload": MATMUL, "seed": -1}, "seed"),

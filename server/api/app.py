@@ -23,7 +23,7 @@ from autosched.log import TuningLog
 from autosched.log.jobs import JobStore
 from autosched.log.leases import LeaseQueue
 from autosched.log.tokens import TokenStore
-from autosched.protocol import problem_line
+from autosched.protocol import PROBLEMS, problem_line
 from autosched.server.api.deps import Stores
 from autosched.server.api.routes import health, jobs, records, workers, workloads
 from autosched.server.settings import Settings, is_loopback
@@ -89,9 +89,9 @@ def create_app(settings: Settings, *, background: Sequence[ServiceFactory] = ())
         lifespan=lifespan,
         max_body_size=settings.max_body_bytes,
     )
-    app.include_router(health.router)
+    app.include_router(health.router, responses={503: PROBLEMS[503]})
     for group in (jobs, workloads, records, workers):
-        app.include_router(group.router, prefix=API_PREFIX)
+        app.include_router(group.router, prefix=API_PREFIX, responses=PROBLEMS)
     app.add_exception_handler(UserError, _domain_error)
     app.add_exception_handler(ServiceUnavailable, _unavailable)
     app.add_exception_handler(RequestValidationError, _validation_error)

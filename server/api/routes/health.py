@@ -27,10 +27,7 @@ def healthz() -> HealthPublic:
     return HealthPublic()
 
 
-@router.get(
-    "/healthz/ready",
-    responses={503: {"description": "The database or a background loop is down."}},
-)
+@router.get("/healthz/ready")
 def ready(request: Request, log: LogDep) -> HealthPublic:
     """The database answers and every background loop runs."""
     log.ping()  # DatabaseUnavailable: 503 with Retry-After

@@ -25,7 +25,9 @@ from autosched.errors import DatabaseUnavailable, UserError
 
 _SQLITE_BUSY_TIMEOUT_MS = 30_000
 # Alembic keeps the running migration's context in module globals: one migration per process.
-_MIGRATION_LOCK = threading.Lock()
+# Checking a schema takes it too: the first connections to a fresh SQLite file switch it to WAL,
+# which two at once cannot.
+_MIGRATION_LOCK = threading.RLock()
 # Any constant works; it only has to be the same for every process that migrates a log.
 _PG_MIGRATION_LOCK = 0x6175746F73636864
 # The table holding the log's schema revision. Alembic's default, ``alembic_version``, belongs to
@@ -126,35 +128,39 @@ def check_schema(engine: Engine, *, migrate: bool) -> None:
     """
     from autosched.log.models import Base
 
-    with engine.connect() as connection:
-        tables = set(inspect(connection).get_table_names())
-        ours = {*Base.metadata.tables, VERSION_TABLE}
-        foreign = sorted(
-            name for name in tables - ours - _OPTUNA_TABLES if not name.startswith(_OPTUNA_PREFIXES)
-        )
-        if foreign:
-            raise UserError(
-                f"the database holds tables that are not a tuning log's ({', '.join(foreign[:5])}"
-                f"{', ...' if len(foreign) > 5 else ''}); give a database of its own"
+    with _MIGRATION_LOCK:
+        with engine.connect() as connection:
+            tables = set(inspect(connection).get_table_names())
+            ours = {*Base.metadata.tables, VERSION_TABLE}
+            foreign = sorted(
+                name
+                for name in tables - ours - _OPTUNA_TABLES
+                if not name.startswith(_OPTUNA_PREFIXES)
             )
-        if migrate:
-            connection.rollback()
-        else:
-            revision = None
-            if VERSION_TABLE in tables:
-                revision = connection.execute(
-                    text(f"SELECT version_num FROM {VERSION_TABLE}")
-                ).scalar()
-            head = ScriptDirectory.from_config(_config()).get_current_head()
-            if revision is None:
-                raise UserError("the database holds no tuning log yet; run autosched tune first")
-            if revision != head:
+            if foreign:
+                named = ", ".join(foreign[:5]) + (", ..." if len(foreign) > 5 else "")
                 raise UserError(
-                    f"the tuning log has schema {revision}, this autosched reads {head}; a "
-                    "command that writes (autosched tune, serve) upgrades it"
+                    f"the database holds tables that are not a tuning log's ({named}); "
+                    "give a database of its own"
                 )
-            return
-    upgrade_schema(engine)
+            if not migrate:
+                revision = None
+                if VERSION_TABLE in tables:
+                    revision = connection.execute(
+                        text(f"SELECT version_num FROM {VERSION_TABLE}")
+                    ).scalar()
+                head = ScriptDirectory.from_config(_config()).get_current_head()
+                if revision is None:
+                    raise UserError(
+                        "the database holds no tuning log yet; run autosched tune first"
+                    )
+                if revision != head:
+                    raise UserError(
+                        f"the tuning log has schema {revision}, this autosched reads {head}; a "
+                        "command that writes (autosched tune, serve) upgrades it"
+                    )
+                return
+        upgrade_schema(engine)
 
 
 def upgrade_schema(engine: Engine) -> None:

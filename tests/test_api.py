@@ -298,7 +298,7 @@ def test_bad_jobs_are_refused_with_one_line_and_nothing_is_stored(api: Api) -> N
         response = api.as_client("POST", "/api/v1/jobs", json=body)
         assert 400 <= response.status_code < 500, (body, response.text)
         assert message in _one_line(response), (body, response.text)
-    for content in (b"{not json", b"", b"[]", b'"matmul"'):
+    for content in (b"{not json", b"", b"[]", b'"matmul"', b"\xff\xfe not even text"):
         response = api.as_client(
             "POST", "/api/v1/jobs", content=content, headers={"Content-Type": "application/json"}
         )

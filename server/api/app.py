@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 from fastapi import FastAPI, Request, status
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from autosched import __version__
 from autosched.errors import Conflict, Forbidden, NotFound, ServiceUnavailable, UserError
@@ -95,6 +96,7 @@ def create_app(settings: Settings, *, background: Sequence[ServiceFactory] = ())
     app.add_exception_handler(UserError, _domain_error)
     app.add_exception_handler(ServiceUnavailable, _unavailable)
     app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
     if settings.no_auth:
         app.middleware("http")(_loopback_hosts_only)
     return app
@@ -136,6 +138,18 @@ async def _unavailable(_request: Request, error: Exception) -> JSONResponse:
 async def _domain_error(_request: Request, error: Exception) -> JSONResponse:
     code = next(code for kind, code in _STATUS.items() if isinstance(error, kind))
     return JSONResponse({"detail": " ".join(str(error).split())}, status_code=code)
+
+
+async def _http_error(_request: Request, error: Exception) -> JSONResponse:
+    """FastAPI's own refusals as one line; a body it cannot even decode is bad input, a 422."""
+    assert isinstance(error, StarletteHTTPException)
+    code = error.status_code
+    if code == status.HTTP_400_BAD_REQUEST:  # FastAPI's "error parsing the body"
+        code = status.HTTP_422_UNPROCESSABLE_CONTENT
+        detail = "the request body is not valid JSON (nor even text)"
+    else:
+        detail = " ".join(str(error.detail).split())
+    return JSONResponse({"detail": detail}, status_code=code, headers=error.headers)
 
 
 async def _validation_error(_request: Request, error: Exception) -> JSONResponse:

@@ -1,0 +1,76 @@
+"""Schemathesis fuzzes a served app against its own OpenAPI document, with a client and with a
+worker token: no server error, and every answer (status, headers, body) as documented."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+from helpers import autosched, free_port, wait_for
+
+pytestmark = pytest.mark.slow  # a server process and about two thousand requests
+
+# Left out, with reasons: positive_data_acceptance, because TVM checks targets and programs past
+# what any schema can say; allow_header_conformance, because Starlette's 405 names the methods
+# of one route, not of every route on a path.
+CHECKS = [
+    "--checks",
+    "all",
+    "--exclude-checks",
+    "positive_data_acceptance,allow_header_conformance",
+]
+
+
+def test_the_api_answers_fuzzed_requests_as_documented(tmp_path: Path) -> None:
+    db = f"sqlite:///{tmp_path / 'fuzz.db'}"
+    tokens = {
+        role: json.loads(
+            autosched("token", "create", "--role", role, "--db", db, "--json", cwd=tmp_path).stdout
+        )["token"]
+        for role in ("client", "worker")
+    }
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    server = subprocess.Popen(
+        [sys.executable, "-m", "autosched", "serve", "--db", db, "--port", str(port)],
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_for(lambda: _answers(url), "the server to answer", timeout=120)
+        for role, token in tokens.items():
+            fuzzed = subprocess.run(
+                [
+                    str(Path(sys.executable).parent / "st"),
+                    "run",
+                    f"{url}/openapi.json",
+                    "-H",
+                    f"Authorization: Bearer {token}",
+                    *CHECKS,
+                    "--max-examples",
+                    "10",
+                    "--seed",
+                    "1",
+                ],
+                capture_output=True,
+                text=True,
+                timeout=600,
+            )
+            assert fuzzed.returncode == 0, (role, fuzzed.stdout[-4000:])
+            assert " passed" in fuzzed.stdout and "failure" not in fuzzed.stdout.lower(), role
+    finally:
+        server.send_signal(signal.SIGTERM)
+        server.wait(timeout=60)
+
+
+def _answers(url: str) -> bool:
+    try:
+        return httpx.get(f"{url}/healthz", timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False

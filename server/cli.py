@@ -167,7 +167,14 @@ def _workload_document(name: str, params: list[str] | None, file: Path | None) -
             return {"name": file.stem, "ir_json": file.read_text()}
         except (OSError, UnicodeDecodeError) as error:
             raise UserError(f"cannot read workload file {file}: {error}") from None
-    # The user's own TVMScript, run as Python here as `tune --file` does; the server gets data.
+    from autosched.script_check import check_script
+
+    # TVMScript from anyone: its syntax is checked before TVM's parser runs it here, and the
+    # server gets the program as data.
+    try:
+        check_script(file.read_text(), file.stem)
+    except (OSError, UnicodeDecodeError) as error:
+        raise UserError(f"cannot read workload file {file}: {error}") from None
     workload = load_workload_file(str(file))
     return {"name": workload.name, "ir_json": workload.source}
 

@@ -17,6 +17,7 @@ from autosched.log.subjects import ensure_subject
 from autosched.measure import LocalMeasurer, MeasureConfig
 from autosched.records import ErrorKind, WorkloadRef
 from autosched.schedule import BASELINE_TRACE
+from autosched.script_check import check_script
 from autosched.target import host_target
 from autosched.workload import resolve_workload, workload_from_ir_json
 from autosched.workloads import get_workload
@@ -206,3 +207,17 @@ def test_a_worker_refuses_tvmscript_in_a_lease_without_running_it(tmp_path: Path
     finally:
         measurer.close()
     assert not marker.exists()
+
+
+def test_submit_checks_a_tvmscript_file_before_tvm_parses_it(cli: Cli, tmp_path: Path) -> None:
+    marker = tmp_path / "marker"
+    for index, payload in enumerate(_payloads(marker)):
+        path = tmp_path / f"payload{index}.py"
+        path.write_text(payload)
+        result = cli("submit", "--file", str(path), "--server", "http://127.0.0.1:9")
+        assert result.code == 2 and "may not use" in result.err, (payload, result.err)
+        assert len(result.err.strip().splitlines()) == 1
+    assert not marker.exists()
+    for name in ("matmul", "softmax", "gemv_lut_lowbit", "attention_naive", "dropout_philox"):
+        printed = get_workload(name, {}).func.script()  # what TVM prints passes
+        check_script("from tvm.script import tirx as T\n\n" + printed, name)

@@ -1,0 +1,93 @@
+"""An allow-list of the Python syntax a TVMScript definition may use before TVM's parser, which
+evaluates its expressions, sees it: for `autosched submit --file`, whose file may come from
+anyone, so that sending it to a server never runs it here.
+
+Allowed: the definition itself (``@T.prim_func`` functions, an ``@I.ir_module`` class of them),
+assignments, loops, ``with``, ``if``, literals, arithmetic and comparisons, names, subscripts,
+calls of ``T.``/``I.`` functions and ``range``, attributes of ``T`` and ``I`` that do not start
+with ``_``, and plain strings (dtypes, block and axis names) that cannot be read as code.
+Anything else is refused with the line it stands on.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+
+from autosched.errors import UserError
+
+_NODES = (
+    ast.Module, ast.FunctionDef, ast.ClassDef, ast.arguments, ast.arg, ast.Expr, ast.Assign,
+    ast.AugAssign, ast.AnnAssign, ast.For, ast.With, ast.withitem, ast.If, ast.Pass, ast.Return,
+    ast.Name, ast.Load, ast.Store, ast.Constant, ast.Attribute, ast.Call, ast.keyword,
+    ast.Subscript, ast.Slice, ast.Tuple, ast.List, ast.Dict, ast.BinOp, ast.UnaryOp, ast.BoolOp,
+    ast.Compare, ast.IfExp, ast.operator, ast.unaryop, ast.boolop, ast.cmpop,
+    ast.Import, ast.ImportFrom, ast.alias,
+)  # fmt: skip
+_ROOTS = {"T", "I"}
+_CALLABLE_NAMES = {"range"}
+_PLAIN_STRING = re.compile(r"[A-Za-z0-9_.:\-/ ]*")
+_IMPORTS = {"tvm", "tvm.script"}
+
+
+def check_script(text: str, name: str) -> None:
+    """Refuse TVMScript ``text`` (of the workload ``name``) that uses anything but the syntax
+    this module allows.
+
+    Raises:
+        UserError: the first construct that is not allowed, with its line.
+    """
+    try:
+        tree = ast.parse(text)
+    except SyntaxError as err:
+        raise UserError(f"{name}: line {err.lineno}: {err.msg}") from None
+    for node in ast.walk(tree):
+        problem = _problem(node)
+        if problem is not None:
+            line = getattr(node, "lineno", "?")
+            raise UserError(
+                f"{name}: line {line}: {problem}, which a program sent to a server may not use"
+            )
+
+
+def _problem(node: ast.AST) -> str | None:
+    if not isinstance(node, _NODES):
+        return f"a {type(node).__name__}"
+    if isinstance(node, ast.Import | ast.ImportFrom):
+        module = node.module if isinstance(node, ast.ImportFrom) else node.names[0].name
+        return None if module in _IMPORTS else f"an import of {module}"
+    if isinstance(node, ast.Attribute):
+        if node.attr.startswith("_"):
+            return f"the attribute {node.attr}"
+        return None if _root(node) in _ROOTS else "an attribute of something but T or I"
+    if isinstance(node, ast.Call):
+        func = node.func
+        if isinstance(func, ast.Name) and func.id in _CALLABLE_NAMES:
+            return None
+        if isinstance(func, ast.Attribute) and _root(func) in _ROOTS:
+            return None
+        return "a call of something but T., I. or range"
+    if isinstance(node, ast.Constant):
+        if isinstance(node.value, bytes):
+            return "a bytes literal"
+        if isinstance(node.value, str) and (
+            "__" in node.value or not _PLAIN_STRING.fullmatch(node.value)
+        ):
+            return f"the string {node.value[:40]!r}"
+    if isinstance(node, ast.arg | ast.FunctionDef | ast.AnnAssign) and _string_annotation(node):
+        return "a string annotation"
+    if isinstance(node, ast.Name) and node.id.startswith("__"):
+        return f"the name {node.id}"
+    return None
+
+
+def _root(node: ast.expr) -> str | None:
+    """The name an attribute chain (``T.axis.remap``) starts from."""
+    while isinstance(node, ast.Attribute):
+        node = node.value
+    return node.id if isinstance(node, ast.Name) else None
+
+
+def _string_annotation(node: ast.arg | ast.FunctionDef | ast.AnnAssign) -> bool:
+    annotation = node.returns if isinstance(node, ast.FunctionDef) else node.annotation
+    return isinstance(annotation, ast.Constant) and isinstance(annotation.value, str)

@@ -61,6 +61,7 @@ def test_the_api_answers_fuzzed_requests_as_documented(tmp_path: Path) -> None:
                 capture_output=True,
                 text=True,
                 timeout=600,
+                cwd=tmp_path,  # where it keeps its cache
             )
             assert fuzzed.returncode == 0, (role, fuzzed.stdout[-4000:])
             assert " passed" in fuzzed.stdout and "failure" not in fuzzed.stdout.lower(), role

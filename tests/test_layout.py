@@ -50,17 +50,8 @@ def test_the_library_never_imports_the_service_built_on_it() -> None:
     ],
 )
 def test_layers_import_only_what_lies_below_them(folder: str, forbidden: tuple[str, ...]) -> None:
-    allowed = {  # the shared cost models are trained from the log by design
-        "costmodel/shared.py",
-        "costmodel/dataset.py",
-        "costmodel/evaluation.py",
-    }
-    found = [
-        line
-        for line in _importers(LIBRARY / folder, forbidden)
-        if not any(line.startswith(f"autosched/{name}") for name in allowed)
-    ]
-    assert found == []
+    # costmodel may read the log (the shared models are trained from it), not the search
+    assert _importers(LIBRARY / folder, forbidden) == []
 
 
 def _loaded_after(module: str) -> set[str]:

@@ -44,6 +44,7 @@ from autosched.records import (
     JobStatus,
     Lease,
     LeasedCandidate,
+    MeasureResult,
     ReportedResult,
     ReportOutcome,
     WorkloadRef,
@@ -331,21 +332,20 @@ class LeaseQueue:
         if candidate.strikes < STRIKES_TO_POISON:
             candidate.state = CandidateState.QUEUED
             return False
-        candidate.state = CandidateState.POISONED
         now = utcnow()
-        session.add(
-            Measurement(
-                candidate_id=candidate.id,
-                samples=[],
-                median_secs=None,
-                error_kind=ErrorKind.CRASH.value,
-                error_msg=f"poisoned after {candidate.strikes} lost measuring processes; "
-                f"last: {reason}",
-                verified=False,
-                started_at=now,
-                finished_at=now,
-            )
+        crash = MeasureResult(
+            error_kind=ErrorKind.CRASH,
+            error_msg=f"poisoned after {candidate.strikes} lost measuring processes; "
+            f"last: {reason}",
+            started_at=now,
+            finished_at=now,
         )
+        self._log.store_measurements(
+            session,
+            [NewMeasurement(candidate.id, crash, verified=False, device_id=None)],
+            {candidate.id: (candidate.workload_id, candidate.target_id)},
+        )
+        candidate.state = CandidateState.POISONED  # after the store, which marks it measured
         return True
 
     def _requeue_unreported(self, session: Session, lease_id: int) -> int:

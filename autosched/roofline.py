@@ -1,6 +1,11 @@
-"""This machine's roofline: its achievable peak arithmetic rate and memory bandwidth, measured once
-by ``autosched calibrate`` and kept in a JSON file keyed by target, and the bound they put on a
+"""This machine's roofline: its achievable peak arithmetic rate and memory bandwidth, measured by
+``autosched calibrate`` and kept in a JSON file keyed by target, and the bound they put on a
 workload's latency.
+
+A calibration must not be lower than the machine can do: each rate is the best of several repeats,
+the CPU time other processes took meanwhile is checked (a busy machine is measured again, and a
+calibration that stayed busy says so), the CPU's theoretical peak is reported beside it, and a later
+measurement that beats the stored peak raises it (:meth:`Calibration.observed`).
 """
 
 from __future__ import annotations
@@ -8,8 +13,9 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -17,26 +23,33 @@ import numpy as np
 import tvm
 from tvm.script import tirx as T
 
+from autosched.cpu import cpu_peak
 from autosched.errors import UserError
 from autosched.target import canonical_target, target_key, target_kind, to_tvm_target
 
-# The FMA loop: per core, independent chains of vector FMAs (enough to cover FMA latency on two
-# ports), run long enough that loop overhead and thread start-up vanish.
-_FMA_CHAINS = 12
-_FMA_LANES = 16
+# The FMA loop: per core, independent chains of vector FMAs, one vector register each (enough to
+# cover FMA latency on two ports and few enough for AVX2's 16 registers), run long enough that loop
+# overhead and thread start-up vanish.
+_FMA_CHAINS = 10
 _FMA_STEPS = 200_000
 _MATMUL_SIZE = 2048
 _COPY_BYTES = 1 << 28  # 256 MiB, far beyond any cache
 _REPEATS = 5
+_ATTEMPTS = 3  # calibrations of a busy machine before giving up and saying so
+_BUSY_CORES = 0.2  # CPU time of other processes, in cores, above which the machine is busy
 
 
 @dataclass(frozen=True)
 class Calibration:
     """Achievable peak (GFLOP/s, float32) and memory bandwidth (GB/s) of one target's machine.
 
-    ``peak_gflops`` is the higher of ``fma_gflops`` (a TIR loop of independent vector FMAs over
-    every core) and ``matmul_gflops`` (numpy's float32 matmul of 2048x2048 matrices).
-    ``bandwidth_gbs`` counts the bytes read and written by a 256 MiB copy.
+    ``peak_gflops`` is the highest of ``fma_gflops`` (a TIR loop of independent vector FMAs over
+    every core), ``matmul_gflops`` (numpy's float32 matmul of 2048x2048 matrices) and any later
+    measurement that beat them (named by ``raised_by``). ``bandwidth_gbs`` counts the bytes read
+    and written by a 256 MiB copy. Each is the best of its repeats. ``theoretical_gflops`` is the
+    CPU's cores x FMA units x lanes x 2 x clock (spelled out in ``theoretical``), where known.
+    ``other_load`` is the CPU time other processes took while it was measured, in cores; ``busy``
+    says it stayed above the threshold through every attempt.
     """
 
     peak_gflops: float
@@ -44,12 +57,24 @@ class Calibration:
     fma_gflops: float
     matmul_gflops: float
     measured_at: str
+    theoretical_gflops: float | None = None
+    theoretical: str | None = None
+    other_load: float | None = None
+    busy: bool = False
+    raised_by: str | None = None
 
     def bound_secs(self, flops: float | None, min_bytes: float) -> float:
         """The roofline's least latency: compute at peak or compulsory traffic at bandwidth."""
         return max(
             (flops or 0.0) / (self.peak_gflops * 1e9), min_bytes / (self.bandwidth_gbs * 1e9)
         )
+
+    def observed(self, gflops: float, what: str) -> Calibration | None:
+        """This calibration with its peak raised to ``gflops``, reached by ``what``; None when
+        ``gflops`` does not beat the stored peak."""
+        if gflops <= self.peak_gflops:
+            return None
+        return replace(self, peak_gflops=gflops, raised_by=what)
 
 
 def calibration_path() -> Path:
@@ -62,23 +87,57 @@ def calibration_path() -> Path:
     return Path(cache) / "autosched" / "calibration.json"
 
 
-def calibrate(target: dict) -> Calibration:
-    """Measure the peak and the bandwidth of this machine for ``target`` (a CPU target).
+def calibrate(target: dict, attempts: int = _ATTEMPTS) -> Calibration:
+    """Measure the peak and the bandwidth of this machine for ``target`` (a CPU target); measure
+    again, up to ``attempts`` times, while other processes take CPU time, keeping the best rates.
 
     Raises:
         UserError: the target is not a CPU.
     """
     if target_kind(target) != "llvm":
         raise UserError("calibrate measures the CPU; use an llvm target")
-    fma = _fma_gflops(target)
-    matmul = _matmul_gflops()
+    cores = int(canonical_target(target).get("num-cores") or os.cpu_count() or 1)
+    theory = cpu_peak(cores)
+    lanes = theory.lanes if theory is not None else 8
+    fma = matmul = bandwidth = 0.0
+    load: float | None = None
+    for _ in range(attempts):
+        with _other_processes_load() as measured:
+            fma = max(fma, _fma_gflops(target, cores, lanes))
+            matmul = max(matmul, _matmul_gflops())
+            bandwidth = max(bandwidth, _copy_gbs())
+        load = measured()
+        if load is None or load < _BUSY_CORES:
+            break
     return Calibration(
         peak_gflops=max(fma, matmul),
-        bandwidth_gbs=_copy_gbs(),
+        bandwidth_gbs=bandwidth,
         fma_gflops=fma,
         matmul_gflops=matmul,
         measured_at=datetime.now(UTC).isoformat(timespec="seconds"),
+        theoretical_gflops=None if theory is None else theory.gflops,
+        theoretical=None if theory is None else theory.describe(),
+        other_load=load,
+        busy=load is not None and load >= _BUSY_CORES,
     )
+
+
+def describe_calibration(calibration: Calibration) -> str:
+    """One line: the peak and where it came from, the theoretical peak, the bandwidth, the load."""
+    parts = [
+        f"peak {calibration.peak_gflops:.1f} GFLOP/s (FMA loop {calibration.fma_gflops:.1f}, "
+        f"numpy matmul {calibration.matmul_gflops:.1f}"
+        + (f", raised by {calibration.raised_by}" if calibration.raised_by else "")
+        + ")"
+    ]
+    if calibration.theoretical_gflops is not None:
+        parts.append(
+            f"theoretical {calibration.theoretical_gflops:.1f} GFLOP/s = {calibration.theoretical}"
+        )
+    parts.append(f"bandwidth {calibration.bandwidth_gbs:.1f} GB/s")
+    if calibration.other_load is not None:
+        parts.append(f"other processes {calibration.other_load:.2f} cores")
+    return "; ".join(parts)
 
 
 def save_calibration(target: dict, calibration: Calibration, path: Path | None = None) -> Path:
@@ -98,7 +157,8 @@ def load_calibration(target: dict, path: Path | None = None) -> Calibration | No
     entry = _read(path or calibration_path()).get(target_key(target))
     if entry is None:
         return None
-    return Calibration(**{name: entry[name] for name in Calibration.__dataclass_fields__})
+    fields = Calibration.__dataclass_fields__
+    return Calibration(**{name: value for name, value in entry.items() if name in fields})
 
 
 def _read(path: Path) -> dict:
@@ -110,51 +170,81 @@ def _read(path: Path) -> dict:
         raise UserError(f"cannot read the calibration file {path}: {error}") from None
 
 
-def _median_secs(run: Callable[[], object]) -> float:
+def _best_secs(run: Callable[[], object]) -> float:
+    """The shortest of ``_REPEATS`` timed runs, after one warm-up: a peak is what the machine
+    reaches when nothing gets in its way."""
     run()
     samples = []
     for _ in range(_REPEATS):
         start = time.perf_counter()
         run()
         samples.append(time.perf_counter() - start)
-    return float(np.median(samples))
+    return min(samples)
 
 
-def _fma_gflops(target: dict) -> float:
-    cores = int(canonical_target(target).get("num-cores") or os.cpu_count() or 1)
-    shape = (cores, _FMA_CHAINS, _FMA_LANES)
+def _fma_gflops(target: dict, cores: int, lanes: int) -> float:
+    shape = (cores, _FMA_CHAINS, lanes)
 
     @T.prim_func
     def fma_loop(out: T.Buffer(shape, "float32")):
         for core in T.parallel(cores):
-            acc = T.decl_buffer((_FMA_CHAINS, _FMA_LANES), "float32", scope="local")
+            acc = T.decl_buffer((_FMA_CHAINS, lanes), "float32", scope="local")
             for chain in T.unroll(_FMA_CHAINS):
-                for lane in T.vectorized(_FMA_LANES):
+                for lane in T.vectorized(lanes):
                     acc[chain, lane] = T.Cast("float32", chain + lane) * T.float32(0.001)
             for _step in range(_FMA_STEPS):
                 for chain in T.unroll(_FMA_CHAINS):
-                    for lane in T.vectorized(_FMA_LANES):
+                    for lane in T.vectorized(lanes):
                         acc[chain, lane] = T.fma(
                             acc[chain, lane], T.float32(0.999), T.float32(0.001)
                         )
             for chain in T.unroll(_FMA_CHAINS):
-                for lane in T.vectorized(_FMA_LANES):
+                for lane in T.vectorized(lanes):
                     out[core, chain, lane] = acc[chain, lane]
 
     module = tvm.compile(tvm.IRModule({"main": fma_loop}), target=to_tvm_target(target)).jit()
     out = tvm.runtime.empty(shape, "float32", tvm.cpu())
-    secs = module.time_evaluator("main", tvm.cpu(), number=1, repeat=_REPEATS)(out).median
-    return float(2 * cores * _FMA_CHAINS * _FMA_LANES * _FMA_STEPS / secs / 1e9)
+    timer = module.time_evaluator("main", tvm.cpu(), number=1, repeat=_REPEATS)
+    secs = min(timer(out).results)
+    return float(2 * cores * _FMA_CHAINS * lanes * _FMA_STEPS / secs / 1e9)
 
 
 def _matmul_gflops() -> float:
     rng = np.random.default_rng(0)
     a = rng.standard_normal((_MATMUL_SIZE, _MATMUL_SIZE), dtype=np.float32)
     b = rng.standard_normal((_MATMUL_SIZE, _MATMUL_SIZE), dtype=np.float32)
-    return 2 * _MATMUL_SIZE**3 / _median_secs(lambda: a @ b) / 1e9
+    return 2 * _MATMUL_SIZE**3 / _best_secs(lambda: a @ b) / 1e9
 
 
 def _copy_gbs() -> float:
     source = np.ones(_COPY_BYTES // 4, np.float32)
     destination = np.empty_like(source)
-    return 2 * _COPY_BYTES / _median_secs(lambda: np.copyto(destination, source)) / 1e9
+    return 2 * _COPY_BYTES / _best_secs(lambda: np.copyto(destination, source)) / 1e9
+
+
+@contextmanager
+def _other_processes_load() -> Iterator[Callable[[], float | None]]:
+    """Within the block, the CPU time that processes other than this one took, as cores kept
+    busy on average; the callable gives it once the block ended (None without /proc/stat)."""
+    busy_before, own_before, wall_before = _busy_secs(), time.process_time(), time.monotonic()
+    result: list[float | None] = [None]
+    yield lambda: result[0]
+    busy_after = _busy_secs()
+    if busy_before is None or busy_after is None:
+        return
+    own = time.process_time() - own_before
+    wall = time.monotonic() - wall_before
+    result[0] = max(0.0, (busy_after - busy_before - own) / wall) if wall > 0 else None
+
+
+def _busy_secs() -> float | None:
+    """CPU seconds all processes have run since boot (every state of /proc/stat but idle)."""
+    try:
+        fields = Path("/proc/stat").read_text().splitlines()[0].split()
+    except (OSError, IndexError):
+        return None
+    if fields[0] != "cpu":
+        return None
+    ticks = [int(value) for value in fields[1:9]]  # user nice system idle iowait irq softirq steal
+    idle = ticks[3] + ticks[4]
+    return (sum(ticks) - idle) / os.sysconf("SC_CLK_TCK")

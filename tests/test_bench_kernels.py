@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -60,6 +61,7 @@ def test_bench_json_has_every_field_for_a_tiny_run(tmp_path: Path) -> None:
     )  # fmt: skip
     document = json.loads(result.stdout)
     assert document["calibration"]["peak_gflops"] == 100.0
+    assert document["calibration"]["raised_by"] is None
     (row,) = document["rows"]
     assert set(row) == set(KernelRow.__dataclass_fields__)
     assert row["workload"] == "matmul" and row["params"]["M"] == 16
@@ -80,3 +82,24 @@ def test_chart_is_a_png(tmp_path: Path) -> None:
                     1.0, 20.0, None)  # fmt: skip
     plot_rows([row, row], tmp_path / "chart.png")
     assert (tmp_path / "chart.png").read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.slow
+def test_a_rate_above_the_stored_peak_raises_it(tmp_path: Path) -> None:
+    calibration = tmp_path / "calibration.json"
+    save_calibration(host_target(), replace(CALIBRATION, peak_gflops=1e-3), calibration)
+    result = autosched(
+        "bench", "kernels", "matmul", "-p", "M=16", "-p", "N=16", "-p", "K=16",
+        "--trials", "1", "--json",
+        cwd=tmp_path, env={**os.environ, "AUTOSCHED_CALIBRATION": str(calibration)},
+    )  # fmt: skip
+    document = json.loads(result.stdout)
+    (row,) = document["rows"]
+    peak = max(row["gflops"], row["flops"] / row["peer_us"] / 1e3)
+    assert document["calibration"]["peak_gflops"] == pytest.approx(peak)
+    assert document["calibration"]["raised_by"] in ("tuned matmul", "numpy (OpenBLAS) on matmul")
+    assert load_calibration(host_target(), calibration) == Calibration(
+        **{k: v for k, v in document["calibration"].items() if k != "path"}
+    )
+    assert row["roofline_us"] == pytest.approx(max(row["flops"] / (peak * 1e3), 3072 / 10e3))
+    assert "the peak is raised" in result.stderr

@@ -7,7 +7,7 @@ from __future__ import annotations
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -92,6 +92,12 @@ class KernelRow:
     def as_json(self) -> dict[str, object]:
         return asdict(self)
 
+    def against(self, calibration: Calibration) -> KernelRow:
+        """This row with its roofline figures taken against ``calibration``."""
+        bound_us = calibration.bound_secs(self.flops, self.min_bytes) * 1e6
+        percent = 100 * bound_us / self.tuned_us if self.tuned_us else None
+        return replace(self, roofline_us=bound_us, roofline_percent=percent)
+
 
 def suite_cases(
     suite: str | None, workloads: Sequence[str], params: dict[str, str]
@@ -161,8 +167,7 @@ def _bench_one(
     peer = peer_for(workload)
     peer_secs = _peer_secs(peer, workload, target, log, measurer, options, seed)
     tuned = report.best_latency_secs
-    bound = calibration.bound_secs(workload.flops, workload.min_bytes)
-    return KernelRow(
+    row = KernelRow(
         workload=workload.name,
         params=dict(workload.params),
         flops=workload.flops,
@@ -174,10 +179,22 @@ def _bench_one(
         peer_us=_us(peer_secs),
         tuned_over_peer=tuned / peer_secs if tuned and peer_secs else None,
         gflops=workload.flops / tuned / 1e9 if tuned and workload.flops else None,
-        roofline_us=bound * 1e6,
-        roofline_percent=100 * bound / tuned if tuned else None,
+        roofline_us=None,
+        roofline_percent=None,
         note=peer.fallback,
     )
+    return row.against(calibration)
+
+
+def fastest_rate(rows: Sequence[KernelRow]) -> tuple[float, str]:
+    """The highest GFLOP/s any tuned program or peer reached, and which one it was."""
+    rates = []
+    for row in rows:
+        if row.gflops is not None:
+            rates.append((row.gflops, f"tuned {row.workload}"))
+        if row.peer_us and row.flops:
+            rates.append((row.flops / row.peer_us / 1e3, f"{row.peer} on {row.workload}"))
+    return max(rates, default=(0.0, "nothing"))
 
 
 def _us(secs: float | None) -> float | None:

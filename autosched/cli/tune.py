@@ -305,7 +305,7 @@ def check(
 def calibrate(target: TargetOpt = None, as_json: JsonOpt = False) -> None:
     """Measure this machine's peak GFLOP/s and memory bandwidth, the roofline of `bench`."""
     from autosched.roofline import calibrate as measure_machine
-    from autosched.roofline import save_calibration
+    from autosched.roofline import describe_calibration, save_calibration
     from autosched.target import parse_target
 
     target_json = parse_target(target)
@@ -314,12 +314,14 @@ def calibrate(target: TargetOpt = None, as_json: JsonOpt = False) -> None:
     if as_json:
         print(json.dumps({"path": str(path), **calibration.__dict__}))
         return
-    _out.print(
-        f"peak {calibration.peak_gflops:.1f} GFLOP/s (FMA loop {calibration.fma_gflops:.1f}, "
-        f"numpy matmul {calibration.matmul_gflops:.1f}), "
-        f"bandwidth {calibration.bandwidth_gbs:.1f} GB/s; stored in {path}",
-        highlight=False,
-    )
+    _out.print(describe_calibration(calibration) + f"; stored in {path}", highlight=False)
+    if calibration.busy:
+        _err.print(
+            f"warning: other processes kept {calibration.other_load:.1f} cores busy through every "
+            "attempt; calibrate again on a quiet machine",
+            highlight=False,
+            soft_wrap=True,
+        )
 
 
 def _fetch_best(

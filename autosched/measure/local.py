@@ -6,6 +6,7 @@ time in its own child, so no build competes with a timed run for the cores.
 
 from __future__ import annotations
 
+import math
 import queue
 import shutil
 import tempfile
@@ -19,7 +20,7 @@ from typing import Protocol
 from autosched.errors import Cancelled
 from autosched.measure.child import ChildDied, ChildProcess, ChildTimeout, Request, RequestFailed
 from autosched.measure.config import MeasureConfig
-from autosched.measure.program import BuildRequest, RunRequest, VerifyRequest
+from autosched.measure.program import BuildRequest, RoundRequest, RunRequest, VerifyRequest
 from autosched.records import ErrorKind, MeasureResult, WorkloadRef
 
 
@@ -127,6 +128,36 @@ class LocalMeasurer:
         if mismatch is not None:
             return _failure(ErrorKind.INCORRECT, mismatch, started_at)
         return None
+
+    def retime(
+        self, workload: WorkloadRef, traces: Sequence[str], rounds: int
+    ) -> list[list[float]]:
+        """Time the candidates of ``traces`` again, side by side: ``rounds`` rounds, each timing
+        every candidate once, starting one further along than the round before, so a slow spell
+        of the machine falls on all of them alike. Returns each candidate's samples; a candidate
+        that no longer builds gets none.
+
+        Raises:
+            RequestFailed, ChildTimeout, ChildDied: a round of timing failed.
+        """
+        self._start_batch()
+        with ThreadPoolExecutor(max_workers=len(self._all_builders)) as pool:
+            built = list(
+                pool.map(
+                    lambda item: self._build(workload, item[1], str(item[0])), enumerate(traces)
+                )
+            )
+        usable = [t for t, outcome in zip(traces, built, strict=True) if isinstance(outcome, tuple)]
+        samples: dict[str, list[float]] = {trace: [] for trace in usable}
+        timeout = self._config.run_timeout_secs * math.ceil(len(usable) / self._config.repeat)
+        for start in range(rounds if usable else 0):
+            self._check_cancel()
+            order = usable[start % len(usable) :] + usable[: start % len(usable)]
+            paths = tuple(self._artifacts[trace] for trace in order)
+            request = RoundRequest(workload, paths, self._target, self._config)
+            for trace, sample in zip(order, self._runner.call(request, timeout), strict=True):
+                samples[trace].append(sample)
+        return [samples.get(trace, []) for trace in traces]
 
     def close(self) -> None:
         for child in [*self._all_builders, self._runner]:

@@ -102,6 +102,38 @@ class RunRequest:
 
 
 @dataclass(frozen=True)
+class RoundRequest:
+    """One round of timing built candidates side by side: each, in the order given, warmed up and
+    timed once (one repeat of at least ``min_repeat_ms``). Returns a sample per candidate, in
+    seconds."""
+
+    workload: WorkloadRef
+    artifact_paths: tuple[str, ...]
+    target: dict
+    config: MeasureConfig
+
+    def execute(self) -> list[float]:
+        dev = _device(self.target, self.config.device_index)
+        args = _to_device(random_inputs(_workload(self.workload), TIMING_SEED), dev)
+        samples = []
+        for path in self.artifact_paths:
+            module = tvm.runtime.load_module(path)
+            for _ in range(self.config.warmup):
+                module["main"](*args)
+            dev.sync()
+            evaluator = module.time_evaluator(
+                "main",
+                dev,
+                number=self.config.number,
+                repeat=1,
+                min_repeat_ms=self.config.min_repeat_ms,
+                f_preproc="cache_flush_cpu_non_first_arg" if self.config.cache_flush else "",
+            )
+            samples.append(float(evaluator(*args).mean))
+        return samples
+
+
+@dataclass(frozen=True)
 class VerifyRequest:
     """Run a built candidate on fresh random inputs and compare with the reference.
 

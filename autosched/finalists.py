@@ -1,0 +1,127 @@
+"""Noise-aware choice of the best schedule: the top candidates of a search timed again, side by
+side, and ranked by the median of many samples with its confidence interval.
+
+Every candidate of a search is timed once, on a few repeats; on a shared machine the fastest of
+those single shots is often a lucky one. At the end of a run the finalists are timed again in
+rounds (each round times every finalist once, in a rotated order, so a slow spell of the machine
+falls on all of them alike). The winner has the lowest re-timed median; a finalist whose interval
+overlaps the winner's is a tie: the measurements cannot tell them apart.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+CONFIDENCE = 0.95
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A distribution-free confidence interval of a median, and the confidence it has.
+
+    With fewer than six samples no pair of order statistics reaches 95%; the interval is then the
+    samples' whole range, with the lower ``confidence`` it has.
+    """
+
+    low: float
+    high: float
+    confidence: float
+
+    def overlaps(self, other: Interval) -> bool:
+        return self.low <= other.high and other.low <= self.high
+
+
+def median_interval(samples: Sequence[float], confidence: float = CONFIDENCE) -> Interval:
+    """The confidence interval of the median of ``samples`` from their order statistics.
+
+    The population median lies between the j-th and the (n+1-j)-th smallest of n samples with
+    probability 1 - 2 P(B <= j-1), B ~ Binomial(n, 1/2), whatever the distribution; j is the
+    largest rank that keeps this at least ``confidence``.
+
+    Raises:
+        ValueError: no samples, or a confidence outside (0, 1).
+    """
+    if not samples:
+        raise ValueError("a confidence interval needs at least one sample")
+    if not 0 < confidence < 1:
+        raise ValueError("confidence must lie between 0 and 1")
+    ordered = sorted(samples)
+    n = len(ordered)
+
+    def coverage(rank: int) -> float:
+        return 1 - 2 * sum(math.comb(n, i) for i in range(rank)) / 2**n
+
+    rank = 1
+    while rank + 1 <= n - rank and coverage(rank + 1) >= confidence:
+        rank += 1
+    return Interval(ordered[rank - 1], ordered[n - rank], coverage(rank))
+
+
+@dataclass(frozen=True)
+class Finalist:
+    """One finalist after re-timing: its single-shot median from the search, every re-timed
+    sample, their median and its interval, and whether the winner's interval overlaps it."""
+
+    program_hash: str
+    trace_json: str
+    first_median_secs: float
+    samples: tuple[float, ...]
+    median_secs: float
+    interval: Interval
+    tie: bool
+
+    def as_json(self) -> dict[str, object]:
+        return {
+            "program_hash": self.program_hash,
+            "first_median_secs": self.first_median_secs,
+            "median_secs": self.median_secs,
+            "ci_low_secs": self.interval.low,
+            "ci_high_secs": self.interval.high,
+            "confidence": self.interval.confidence,
+            "samples": list(self.samples),
+            "tie": self.tie,
+        }
+
+
+@dataclass(frozen=True)
+class Entrant:
+    """A candidate that enters the final: its program, trace and single-shot median."""
+
+    program_hash: str
+    trace_json: str
+    first_median_secs: float
+
+
+def rank_finalists(
+    entrants: Sequence[Entrant], samples: Sequence[Sequence[float]]
+) -> list[Finalist]:
+    """The entrants with their re-timed ``samples`` (in the same order), fastest re-timed median
+    first; entrants without samples (their re-timing failed) are left out.
+
+    A finalist ties with the winner when their intervals overlap; the winner ties with itself.
+    """
+    timed = [
+        (entrant, tuple(float(s) for s in taken))
+        for entrant, taken in zip(entrants, samples, strict=True)
+        if taken
+    ]
+    timed.sort(key=lambda pair: float(np.median(pair[1])))
+    if not timed:
+        return []
+    intervals = [median_interval(taken) for _, taken in timed]
+    return [
+        Finalist(
+            program_hash=entrant.program_hash,
+            trace_json=entrant.trace_json,
+            first_median_secs=entrant.first_median_secs,
+            samples=taken,
+            median_secs=float(np.median(taken)),
+            interval=interval,
+            tie=interval.overlaps(intervals[0]),
+        )
+        for (entrant, taken), interval in zip(timed, intervals, strict=True)
+    ]

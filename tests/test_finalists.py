@@ -1,0 +1,102 @@
+"""Noise-aware selection: the median's confidence interval, ranking by re-timed medians with ties,
+and real re-timing of built candidates side by side."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from autosched.finalists import Entrant, Interval, median_interval, rank_finalists
+from autosched.measure import LocalMeasurer, MeasureConfig
+from autosched.schedule import BASELINE_TRACE, trace_to_json
+from autosched.search.space import design_space
+from autosched.target import host_target
+from autosched.workloads import get_workload
+
+
+def test_the_interval_of_identical_samples_is_a_point() -> None:
+    interval = median_interval([2e-3] * 12)
+    assert interval.low == interval.high == 2e-3
+    assert interval.confidence >= 0.95
+
+
+def test_the_interval_widens_with_the_spread() -> None:
+    rng = random.Random(0)
+    base = [rng.gauss(0, 1) for _ in range(20)]
+    narrow = median_interval([1.0 + 0.01 * x for x in base])
+    wide = median_interval([1.0 + 0.2 * x for x in base])
+    assert narrow.high > narrow.low
+    assert wide.high - wide.low == pytest.approx(20 * (narrow.high - narrow.low))
+    assert wide.low <= narrow.low and narrow.high <= wide.high
+
+
+@pytest.mark.parametrize(
+    ("n", "ranks", "confidence"),
+    [
+        (5, (1, 5), 0.9375),  # under six samples: the whole range, below 95%
+        (6, (1, 6), 0.96875),
+        (10, (2, 9), 0.978515625),
+        (20, (6, 15), 0.9586105),  # the textbook table's ranks for n = 20
+    ],
+)
+def test_the_interval_takes_the_order_statistics_that_keep_95_percent(
+    n: int, ranks: tuple[int, int], confidence: float
+) -> None:
+    samples = [float(value) for value in range(1, n + 1)]
+    random.Random(n).shuffle(samples)
+    assert median_interval(samples) == Interval(
+        float(ranks[0]), float(ranks[1]), pytest.approx(confidence)
+    )
+
+
+def test_bad_requests_for_an_interval_are_refused() -> None:
+    with pytest.raises(ValueError, match="at least one sample"):
+        median_interval([])
+    with pytest.raises(ValueError, match="between 0 and 1"):
+        median_interval([1.0], confidence=1.0)
+
+
+def test_finalists_rank_by_their_re_timed_median_and_overlaps_tie() -> None:
+    entrants = [
+        Entrant("lucky", "trace-a", first_median_secs=1.0),  # the single-shot winner
+        Entrant("steady", "trace-b", first_median_secs=1.2),
+        Entrant("close", "trace-c", first_median_secs=1.3),
+        Entrant("broken", "trace-d", first_median_secs=1.4),
+    ]
+    samples = [
+        [1.50 + 0.01 * i for i in range(10)],
+        [1.10 + 0.01 * i for i in range(10)],
+        [1.15 + 0.01 * i for i in range(10)],
+        [],  # no longer builds
+    ]
+    ranked = rank_finalists(entrants, samples)
+    assert [f.program_hash for f in ranked] == ["steady", "close", "lucky"]
+    assert [f.tie for f in ranked] == [True, True, False]
+    best = ranked[0]
+    assert best.samples == tuple(samples[1]) and best.first_median_secs == 1.2
+    assert best.median_secs == pytest.approx(1.145)
+    assert best.as_json()["ci_low_secs"] == best.interval.low == pytest.approx(1.11)
+    assert rank_finalists(entrants[3:], samples[3:]) == []
+
+
+@pytest.mark.slow  # builds and times two programs
+def test_retiming_records_every_round_for_each_candidate_built() -> None:
+    workload = get_workload("matmul", {"M": 64, "N": 64, "K": 64})
+    target = host_target()
+    space = design_space(workload, target, seed=0)
+    tiled = space.sample(lambda _name, choices: choices[len(choices) // 2])
+    assert tiled is not None
+    traces = [BASELINE_TRACE, trace_to_json(tiled.trace), '{"not": "a trace"}']
+    measurer = LocalMeasurer(target, MeasureConfig(min_repeat_ms=5, builders=1))
+    try:
+        samples = measurer.retime(workload.ref, traces, rounds=6)
+    finally:
+        measurer.close()
+    assert [len(taken) for taken in samples] == [6, 6, 0]
+    assert all(sample > 0 for taken in samples for sample in taken)
+    entrants = [Entrant(str(i), trace, 1.0) for i, trace in enumerate(traces)]
+    ranked = rank_finalists(entrants, samples)
+    assert {f.program_hash for f in ranked} == {"0", "1"}
+    assert ranked[0].median_secs <= ranked[1].median_secs
+    assert all(f.interval.low <= f.median_secs <= f.interval.high for f in ranked)

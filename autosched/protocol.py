@@ -174,6 +174,9 @@ class JobPublic(BaseModel):
     stop_reason: str | None = Field(
         None, description="Why the job ended before spending its budget, if it did."
     )
+    baseline_latency_secs: float | None = Field(
+        None, description="The untuned program's latency on the target, once measured."
+    )
 
     @classmethod
     def of(cls, job: JobProgress) -> JobPublic:
@@ -195,6 +198,7 @@ class JobPublic(BaseModel):
             curve=[CurvePoint(trials=n, best_latency_secs=secs) for n, secs in job.curve],
             cost_model_id=job.cost_model_id,
             stop_reason=job.stop_reason,
+            baseline_latency_secs=job.baseline_latency_secs,
         )
 
 
@@ -202,6 +206,27 @@ class JobsPublic(BaseModel):
     """A page of jobs, newest first; ``count`` is the number of jobs in all."""
 
     data: list[JobPublic]
+    count: int
+
+
+class JobMeasurementPublic(BaseModel):
+    """A measurement of a job's candidate; ``trial`` counts as ``trials_done`` does (None for the
+    untuned baseline). A failed one has an ``error_kind`` and no median."""
+
+    candidate_id: int
+    trial: int | None
+    median_secs: float | None
+    error_kind: ErrorKind | None
+    error_msg: str | None
+    verified: bool
+    measured_at: datetime | None
+
+
+class JobMeasurementsPublic(BaseModel):
+    """A page of a job's measurements in the order they were stored; ``count`` is the number in
+    all."""
+
+    data: list[JobMeasurementPublic]
     count: int
 
 
@@ -478,6 +503,76 @@ class ReleasePublic(BaseModel):
     """How many candidates of a released lease went back to the queue."""
 
     released: int
+
+
+# What clients watch: workers, the queue, the shared cost models.
+
+
+class WorkerStatusPublic(BaseModel):
+    """A registered worker: ``alive`` while heard from within the server's worker timeout."""
+
+    id: int
+    name: str
+    target: TargetPublic
+    fingerprint: dict[str, Any] = Field(description="The device it measures on.")
+    registered_at: datetime
+    heartbeat_at: datetime
+    alive: bool
+    lease_id: int | None = Field(description="Its active lease, if it holds one.")
+    leased: int = Field(description="Candidates it holds.")
+    results_per_minute: int = Field(
+        description="Measurements stored in the last minute from its device (workers on one "
+        "device share the count)."
+    )
+
+
+class WorkersStatusPublic(BaseModel):
+    """A page of workers, the most recently heard from first; ``count`` is the number in all."""
+
+    data: list[WorkerStatusPublic]
+    count: int
+
+
+class TargetQueuePublic(BaseModel):
+    """One target's queue."""
+
+    target: TargetPublic
+    queued: int
+    leased: int
+    workers_alive: int
+
+
+class QueuePublic(BaseModel):
+    """The service's queue per target, its throughput and its jobs by status."""
+
+    targets: list[TargetQueuePublic]
+    queued: int
+    leased: int
+    active_leases: int
+    workers_alive: int
+    results_per_second: float = Field(description="Over the last minute.")
+    jobs_by_status: dict[str, int]
+
+
+class CostModelPublic(BaseModel):
+    """A version of a target family's shared cost model; ``scores`` holds its leave-workload-out
+    evaluation (mean pairwise rank accuracy, top-1 and top-5 per model), if it was scored."""
+
+    id: int
+    family: str
+    version: int
+    objective: str
+    created_at: datetime
+    trained_on: int
+    workloads: int
+    scores: dict[str, Any] | None
+
+
+class CostModelsPublic(BaseModel):
+    """Cost model versions by family, then version."""
+
+    data: list[CostModelPublic]
+    count: int
 
 
 # Health.

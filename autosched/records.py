@@ -188,6 +188,7 @@ class JobProgress:
     curve: list[tuple[int, float]]
     cost_model_id: int | None = None  # the shared cost model version its search started from
     stop_reason: str | None = None  # why it ended before spending its budget
+    baseline_latency_secs: float | None = None  # the untuned program's, once measured
 
 
 # The worker protocol's messages, in-process (``autosched.protocol`` has their wire form).

@@ -70,7 +70,8 @@ def serve(
         ),
     ] = False,
 ) -> None:
-    """Serve the REST API (docs at /docs) and the search engine that drives the submitted jobs."""
+    """Serve the REST API (docs at /docs), the dashboard (at /) and the search engine that drives
+    the submitted jobs."""
     import uvicorn
 
     from autosched.log import TuningLog

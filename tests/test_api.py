@@ -105,6 +105,10 @@ ROUTES: list[tuple[str, str, Role, dict | None]] = [
     ("GET", "/api/v1/workloads", Role.CLIENT, None),
     ("GET", "/api/v1/workloads/{key}/best", Role.CLIENT, None),
     ("GET", "/api/v1/records", Role.CLIENT, None),
+    ("GET", "/api/v1/jobs/{job_id}/measurements", Role.CLIENT, None),
+    ("GET", "/api/v1/workers", Role.CLIENT, None),
+    ("GET", "/api/v1/queue", Role.CLIENT, None),
+    ("GET", "/api/v1/cost-models", Role.CLIENT, None),
     (
         "POST",
         "/api/v1/workers",

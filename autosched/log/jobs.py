@@ -56,6 +56,15 @@ class JobBudget:
 
 
 @dataclass(frozen=True)
+class JobMeasurement:
+    """A measurement of a job's candidate, numbered as its progress counts trials: ``trial`` is
+    how many trials were done once it was stored (None for the untuned baseline)."""
+
+    trial: int | None
+    record: RecordView
+
+
+@dataclass(frozen=True)
 class MeasuredCandidate:
     """A measurement of a job's candidate, as the engine reads them back in arrival order."""
 
@@ -189,14 +198,72 @@ class JobStore:
         with self._sessions.begin() as session:
             return self._progress(session, _job(session, job_id))
 
-    def jobs(self, *, limit: int, offset: int) -> tuple[list[JobProgress], int]:
-        """A page of jobs, newest first, and the number of jobs in all."""
+    def jobs(
+        self,
+        *,
+        limit: int,
+        offset: int,
+        status: JobStatus | None = None,
+        target_key: str | None = None,
+    ) -> tuple[list[JobProgress], int]:
+        """A page of jobs, newest first, and the number of jobs in all; with ``status`` or
+        ``target_key``, only the jobs of that status or on that target."""
+        matching = select(TuningJob.id)
+        if status is not None:
+            matching = matching.where(TuningJob.status == status.value)
+        if target_key is not None:
+            matching = matching.join(Target, Target.id == TuningJob.target_id).where(
+                Target.key == target_key
+            )
         with self._sessions.begin() as session:
-            total = session.scalar(select(func.count(TuningJob.id))) or 0
+            total = session.scalar(select(func.count()).select_from(matching.subquery())) or 0
             rows = session.scalars(
-                select(TuningJob).order_by(TuningJob.id.desc()).limit(limit).offset(offset)
+                select(TuningJob)
+                .where(TuningJob.id.in_(matching.scalar_subquery()))
+                .order_by(TuningJob.id.desc())
+                .limit(limit)
+                .offset(offset)
             ).all()
             return [self._progress(session, job) for job in rows], total
+
+    def measurements(
+        self, job_id: int, *, limit: int, offset: int
+    ) -> tuple[list[JobMeasurement], int]:
+        """A page of the job's measurements in the order they were stored, and how many it has.
+
+        Raises NotFound if there is no such job.
+        """
+        is_trial = Candidate.trace_json != BASELINE_TRACE
+        of_job = (
+            select(Measurement.id)
+            .join(Candidate, Candidate.id == Measurement.candidate_id)
+            .where(Candidate.job_id == job_id)
+        )
+        with self._sessions.begin() as session:
+            _job(session, job_id)
+            total = session.scalar(select(func.count()).select_from(of_job.subquery())) or 0
+            rows = session.execute(
+                select(Candidate, Measurement)
+                .join(Measurement, Measurement.candidate_id == Candidate.id)
+                .where(Candidate.job_id == job_id)
+                .order_by(Measurement.id)
+                .limit(limit)
+                .offset(offset)
+            ).all()
+            if not rows:
+                return [], total
+            trials_before = of_job.with_only_columns(func.count(Measurement.id)).where(
+                is_trial, Measurement.id < rows[0][1].id
+            )
+            trial = session.scalar(trials_before) or 0
+            page = []
+            for candidate, measurement in rows:
+                baseline = candidate.trace_json == BASELINE_TRACE
+                trial += not baseline
+                page.append(
+                    JobMeasurement(None if baseline else trial, record_view(candidate, measurement))
+                )
+            return page, total
 
     # Jobs of the service, as search engines drive them.
 
@@ -339,6 +406,15 @@ class JobStore:
                 BestRecord.workload_id == job.workload_id, BestRecord.target_id == job.target_id
             )
         )
+        baseline = session.scalar(  # measured by this job or by an earlier one
+            select(Measurement.median_secs)
+            .join(Candidate, Candidate.id == Measurement.candidate_id)
+            .where(
+                Candidate.workload_id == job.workload_id,
+                Candidate.target_id == job.target_id,
+                Candidate.trace_json == BASELINE_TRACE,
+            )
+        )
         workload = self._log.workload_by_id(session, job.workload_id)
         target = session.get(Target, job.target_id)
         assert target is not None
@@ -358,6 +434,7 @@ class JobStore:
             failed=failed,
             best_latency_secs=overall,
             curve=curve,
+            baseline_latency_secs=baseline,
             cost_model_id=job.cost_model_id,
             stop_reason=job.stop_reason,
         )

@@ -28,6 +28,7 @@ from autosched.log.models import (
     BestRecord,
     Candidate,
     CandidateState,
+    Device,
     LeaseState,
     Measurement,
     Target,
@@ -47,6 +48,7 @@ from autosched.records import (
     MeasureResult,
     ReportedResult,
     ReportOutcome,
+    TargetInfo,
     WorkloadRef,
 )
 
@@ -64,6 +66,37 @@ class QueueMetrics:
     workers_alive: int
     results_last_minute: int
     jobs_by_status: dict[str, int]
+
+
+@dataclass(frozen=True)
+class TargetQueue:
+    """The queue of one target: candidates waiting and leased, and its live workers."""
+
+    target: TargetInfo
+    queued: int
+    leased: int
+    workers_alive: int
+
+
+@dataclass(frozen=True)
+class WorkerStatus:
+    """A registered worker as an operator watches it.
+
+    ``lease_id`` and ``leased`` are its active lease and the candidates it holds (None and 0
+    without one). Measurements record the device, not the worker, so ``device_results_last_minute``
+    counts what every worker on its device stored in the last minute.
+    """
+
+    id: int
+    name: str
+    target: TargetInfo
+    fingerprint: dict
+    registered_at: datetime
+    heartbeat_at: datetime
+    alive: bool
+    lease_id: int | None
+    leased: int
+    device_results_last_minute: int
 
 
 class LeaseQueue:
@@ -289,6 +322,92 @@ class LeaseQueue:
                 jobs_by_status={status.value: jobs.get(status.value, 0) for status in JobStatus},
             )
 
+    def queue_by_target(self) -> list[TargetQueue]:
+        """The queue of every target with queued or leased candidates or live workers, by key."""
+        alive = utcnow() - self._worker_timeout
+        with self._sessions.begin() as session:
+            counts: dict[int, dict[CandidateState, int]] = {}
+            for target_id, state, count in session.execute(
+                select(Candidate.target_id, Candidate.state, func.count(Candidate.id))
+                .where(Candidate.state.in_(_OUTSTANDING))
+                .group_by(Candidate.target_id, Candidate.state)
+            ):
+                counts.setdefault(target_id, {})[state] = count
+            workers = dict(
+                session.execute(
+                    select(Worker.target_id, func.count(Worker.id))
+                    .where(Worker.heartbeat_at >= alive)
+                    .group_by(Worker.target_id)
+                ).all()
+            )
+            targets = session.scalars(
+                select(Target)
+                .where(Target.id.in_(counts.keys() | workers.keys()))
+                .order_by(Target.key)
+            ).all()
+            return [
+                TargetQueue(
+                    target=_target_info(target),
+                    queued=counts.get(target.id, {}).get(CandidateState.QUEUED, 0),
+                    leased=counts.get(target.id, {}).get(CandidateState.LEASED, 0),
+                    workers_alive=workers.get(target.id, 0),
+                )
+                for target in targets
+            ]
+
+    def workers(self, *, limit: int, offset: int) -> tuple[list[WorkerStatus], int]:
+        """A page of registered workers, the most recently heard from first, and how many there
+        are in all."""
+        now = utcnow()
+        with self._sessions.begin() as session:
+            total = session.scalar(select(func.count(Worker.id))) or 0
+            rows = session.execute(
+                select(Worker, Target, Device.fingerprint)
+                .join(Target, Target.id == Worker.target_id)
+                .join(Device, Device.id == Worker.device_id)
+                .order_by(Worker.heartbeat_at.desc(), Worker.id.desc())
+                .limit(limit)
+                .offset(offset)
+            ).all()
+            ids = [worker.id for worker, _target, _fingerprint in rows]
+            leases = {
+                worker_id: (lease_id, held)
+                for worker_id, lease_id, held in session.execute(
+                    select(LeaseRow.worker_id, LeaseRow.id, func.count(Candidate.id))
+                    .outerjoin(
+                        Candidate,
+                        (Candidate.lease_id == LeaseRow.id)
+                        & (Candidate.state == CandidateState.LEASED),
+                    )
+                    .where(LeaseRow.worker_id.in_(ids), LeaseRow.state == LeaseState.ACTIVE)
+                    .group_by(LeaseRow.worker_id, LeaseRow.id)
+                    .order_by(LeaseRow.id)
+                )
+            }
+            results = dict(
+                session.execute(
+                    select(Measurement.device_id, func.count(Measurement.id))
+                    .where(Measurement.finished_at >= now - timedelta(minutes=1))
+                    .group_by(Measurement.device_id)
+                ).all()
+            )
+            workers = [
+                WorkerStatus(
+                    id=worker.id,
+                    name=worker.name,
+                    target=_target_info(target),
+                    fingerprint=fingerprint,
+                    registered_at=worker.registered_at,
+                    heartbeat_at=worker.heartbeat_at,
+                    alive=worker.heartbeat_at >= now - self._worker_timeout,
+                    lease_id=leases.get(worker.id, (None, 0))[0],
+                    leased=leases.get(worker.id, (None, 0))[1],
+                    device_results_last_minute=results.get(worker.device_id, 0),
+                )
+                for worker, target, fingerprint in rows
+            ]
+            return workers, total
+
     def _leased(self, session: Session, candidate_ids: Sequence[int]) -> list[LeasedCandidate]:
         """The leased candidates with their workload, target and best latency, in one query."""
         rows = session.execute(
@@ -384,6 +503,10 @@ def _worker(session: Session, worker_id: int) -> Worker:
     if worker is None:
         raise NotFound(f"no worker with id {worker_id}; register first")
     return worker
+
+
+def _target_info(target: Target) -> TargetInfo:
+    return TargetInfo(target.id, target.key, target.kind, target.target_json)
 
 
 def _count(session: Session, column: object, condition: object) -> int:

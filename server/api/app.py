@@ -4,6 +4,7 @@ Domain errors (``autosched.errors``) become HTTP answers here and only here.
 
 The app opens the tuning log when it starts and closes it when it stops; background services (the
 search engine, a local worker) start and stop with it. `autosched serve` runs it with uvicorn.
+The web dashboard is served at / beside the API, and reads the service through the API alone.
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ from autosched.log.leases import LeaseQueue
 from autosched.log.tokens import TokenStore
 from autosched.protocol import PROBLEMS, problem_line
 from autosched.server.api.deps import Stores
-from autosched.server.api.routes import health, jobs, records, workers, workloads
+from autosched.server.api.routes import health, jobs, monitoring, records, workers, workloads
+from autosched.server.dashboard import mount_dashboard
 from autosched.server.settings import Settings, is_loopback
 
 API_PREFIX = "/api/v1"
@@ -91,8 +93,9 @@ def create_app(settings: Settings, *, background: Sequence[ServiceFactory] = ())
         max_body_size=settings.max_body_bytes,
     )
     app.include_router(health.router, responses={503: PROBLEMS[503]})
-    for group in (jobs, workloads, records, workers):
+    for group in (jobs, workloads, records, workers, monitoring):
         app.include_router(group.router, prefix=API_PREFIX, responses=PROBLEMS)
+    mount_dashboard(app, no_auth=settings.no_auth)
     app.add_exception_handler(UserError, _domain_error)
     app.add_exception_handler(ServiceUnavailable, _unavailable)
     app.add_exception_handler(RequestValidationError, _validation_error)

@@ -1,4 +1,5 @@
-"""Tuning jobs, as clients submit and follow them: submit, list, progress, cancel, best schedule."""
+"""Tuning jobs, as clients submit and follow them: submit, list, progress, measurements, cancel,
+best schedule."""
 
 from __future__ import annotations
 
@@ -6,7 +7,17 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, status
 
-from autosched.protocol import MAX_ID, MAX_PAGE, BestPublic, JobCreate, JobPublic, JobsPublic
+from autosched.protocol import (
+    MAX_ID,
+    MAX_PAGE,
+    BestPublic,
+    JobCreate,
+    JobMeasurementPublic,
+    JobMeasurementsPublic,
+    JobPublic,
+    JobsPublic,
+)
+from autosched.records import JobStatus
 from autosched.server.api.deps import (
     ClientAuth,
     JobsDep,
@@ -43,9 +54,14 @@ def list_jobs(
     jobs: JobsDep,
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 100,
     offset: Annotated[int, Query(ge=0, le=MAX_ID)] = 0,
+    status: Annotated[JobStatus | None, Query(description="Only jobs of this status.")] = None,
+    target: Annotated[
+        str | None,
+        Query(min_length=1, max_length=512, description="Only jobs on this target (its key)."),
+    ] = None,
 ) -> JobsPublic:
-    """A page of jobs, newest first."""
-    page, count = jobs.jobs(limit=limit, offset=offset)
+    """A page of jobs, newest first; ``count`` counts the jobs that match the filters."""
+    page, count = jobs.jobs(limit=limit, offset=offset, status=status, target_key=target)
     return JobsPublic(data=[JobPublic.of(job) for job in page], count=count)
 
 
@@ -53,6 +69,30 @@ def list_jobs(
 def get_job(job_id: PathId, jobs: JobsDep) -> JobPublic:
     """A job's status, trials done and failed, best latency and best-so-far curve."""
     return JobPublic.of(jobs.job(job_id))
+
+
+@router.get("/{job_id}/measurements")
+def list_job_measurements(
+    job_id: PathId,
+    jobs: JobsDep,
+    limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 100,
+    offset: Annotated[int, Query(ge=0, le=MAX_ID)] = 0,
+) -> JobMeasurementsPublic:
+    """The job's measurements in the order they were stored: timings, and failures by kind."""
+    page, count = jobs.measurements(job_id, limit=limit, offset=offset)
+    data = [
+        JobMeasurementPublic(
+            candidate_id=item.record.candidate_id,
+            trial=item.trial,
+            median_secs=item.record.median_secs,
+            error_kind=item.record.error_kind,
+            error_msg=item.record.error_msg,
+            verified=item.record.verified,
+            measured_at=item.record.measured_at,
+        )
+        for item in page
+    ]
+    return JobMeasurementsPublic(data=data, count=count)
 
 
 @router.post("/{job_id}/cancel")

@@ -120,10 +120,12 @@ class ServiceClient:
     def workloads(self) -> WorkloadsPublic:
         return _parse(WorkloadsPublic, self._send("GET", f"{API}/workloads"))
 
-    def workload_best(self, key: str, target: str) -> BestPublic:
-        """The best schedule of workload ``key`` on ``target`` (a target key, JSON or kind)."""
+    def workload_best(self, key: str, target: str, *, fallback: bool = False) -> BestPublic:
+        """The best schedule of workload ``key`` on ``target`` (a target key, JSON or kind); with
+        ``fallback``, the nearest hardware's when the target has none (``level`` says which)."""
         path = f"{API}/workloads/{quote(key, safe='')}/best"
-        return _parse(BestPublic, self._send("GET", path, params={"target": target}))
+        params = {"target": target, **({"fallback": "true"} if fallback else {})}
+        return _parse(BestPublic, self._send("GET", path, params=params))
 
     def records(
         self, workload: str, target: str, *, limit: int = 100, offset: int = 0

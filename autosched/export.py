@@ -8,9 +8,11 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from enum import Enum
 from pathlib import Path
+from typing import Any
 
 import tvm
 from tvm.s_tir import Schedule
@@ -18,9 +20,11 @@ from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 from tvm.s_tir.meta_schedule.database import JSONDatabase, TuningRecord
 
 from autosched.errors import UserError
+from autosched.fallback import Fallback, FallbackLevel, nearest, replay_problem
 from autosched.intrinsics import use_tensor_intrinsics
 from autosched.log import TuningLog
-from autosched.records import RecordView
+from autosched.measure.local import Measurer
+from autosched.records import RecordView, TunedRecord
 from autosched.schedule import apply_trace
 from autosched.target import canonical_target, target_key, to_tvm_target
 from autosched.workload import Workload
@@ -34,34 +38,117 @@ class ExportFormat(str, Enum):
 
 @dataclass(frozen=True)
 class BestSchedule:
-    """The best verified schedule of a workload on a target, replayed from the log."""
+    """The best verified schedule of a workload on a target, replayed from the log.
+
+    ``target`` is the target asked for, which exports compile for; ``tuned_for`` the target the
+    record was tuned for (the same, unless a fallback found a record of another), ``level`` how
+    near that is to ``target``; ``notes`` report records passed over (a trace that no longer
+    replays on this TVM) and what retiming measured, one line each.
+    """
 
     workload: Workload
     target: dict
     record: RecordView
     schedule: Schedule
+    level: FallbackLevel = FallbackLevel.EXACT
+    tuned_for: dict | None = None
+    notes: tuple[str, ...] = ()
 
 
-def best_schedule(log: TuningLog, workload: Workload, target: dict) -> BestSchedule:
+# Records of each matching target that retiming measures here.
+RETIME_CANDIDATES = 4
+
+
+def best_schedule(
+    log: TuningLog,
+    workload: Workload,
+    target: dict,
+    *,
+    fallback: bool = False,
+    machines: Sequence[dict[str, Any]] = (),
+    retime: Measurer | None = None,
+) -> BestSchedule:
     """Look up and replay the best record of ``workload`` on ``target``.
 
+    A record whose trace no longer replays on this TVM (one imported from another version) is
+    reported in ``notes`` and passed over. With ``fallback``, when the target has no record the
+    nearest one's is taken (``autosched.fallback``; ``machines`` are the fingerprints of the
+    machines that run the target, whose records match at the ``device`` level). With ``retime``,
+    the best few records of each matching target are measured with it and the fastest wins.
+
     Raises:
-        UserError: the log holds no verified record for them.
+        UserError: the log holds no verified record for them (or none that replays).
     """
     target = canonical_target(target)
-    found_workload = log.find_workload(workload.key)
-    found_target = log.find_target(target_key(target))
-    best = (
-        log.best(found_workload.id, found_target.id)
-        if found_workload is not None and found_target is not None
-        else None
-    )
-    if best is None:
+    stored = log.find_workload(workload.key)
+    tuned = [] if stored is None else log.tuned_records(stored.id)
+    if not fallback:
+        tuned = [item for item in tuned if item.target.key == target_key(target)]
+    search = nearest(workload, target, tuned, machines, replay_problem(workload, target))
+    notes = list(search.skipped)
+    found = search.found
+    if not found and stored is not None and tuned and not fallback:
+        found = _replaying_record(log, workload, stored.id, tuned[0], notes)
+    if not found:
+        nearest_note = " or a nearby one" if fallback else ""
         raise UserError(
-            f"the tuning log has no tuned schedule of {workload.name} for this target; "
-            "run `autosched tune` first"
+            f"the tuning log has no tuned schedule of {workload.name} for this target"
+            f"{nearest_note}; run `autosched tune` first"
         )
-    return replay(workload, target, best)
+    choice = found[0]
+    record = choice.record
+    if retime is not None and stored is not None:
+        record = _retime(log, workload, stored.id, found, retime, notes)
+    best = replay(workload, target, record)
+    return replace(
+        best, level=choice.level, tuned_for=choice.target.target_json, notes=tuple(notes)
+    )
+
+
+def _replaying_record(
+    log: TuningLog, workload: Workload, workload_id: int, tuned: TunedRecord, notes: list[str]
+) -> list[Fallback]:
+    """The fastest verified record of the exact target that replays on this TVM, when its best
+    record does not."""
+    problem = replay_problem(workload, tuned.target.target_json)
+    for record in log.records(workload_id, tuned.target.id, ok_only=True):
+        if not record.verified or record.candidate_id == tuned.record.candidate_id:
+            continue
+        reason = problem(record)
+        if reason is None:
+            return [Fallback(FallbackLevel.EXACT, tuned.target, record)]
+        notes.append(f"candidate {record.candidate_id}: {reason}")
+    return []
+
+
+def _retime(
+    log: TuningLog,
+    workload: Workload,
+    workload_id: int,
+    found: Sequence[Fallback],
+    measurer: Measurer,
+    notes: list[str],
+) -> RecordView:
+    """Measure the best `RETIME_CANDIDATES` records of each matching target with ``measurer``;
+    the fastest, with its new timing, wins (the fastest recorded one if none ran)."""
+    records: dict[str, RecordView] = {}
+    for choice in found:
+        for record in log.records(
+            workload_id, choice.target.id, ok_only=True, limit=RETIME_CANDIDATES
+        ):
+            if record.verified:
+                records.setdefault(record.program_hash, record)
+    candidates = list(records.values())
+    results = measurer.measure(workload.ref, [record.trace_json for record in candidates])
+    timed = [
+        replace(record, samples=result.samples, median_secs=result.median)
+        for record, result in zip(candidates, results, strict=True)
+        if result.median is not None
+    ]
+    notes.append(f"retimed {len(candidates)} candidates here, {len(timed)} ran")
+    if not timed:
+        return found[0].record
+    return min(timed, key=lambda record: record.median_secs or float("inf"))
 
 
 def replay(workload: Workload, target: dict, record: RecordView) -> BestSchedule:
@@ -103,6 +190,8 @@ def _describe(best: BestSchedule) -> dict[str, object]:
         "workload_key": best.workload.key,
         "target": best.target,
         "median_latency_us": None if median is None else median * 1e6,
+        "match": best.level.value,
+        "tuned_for": best.target if best.tuned_for is None else best.tuned_for,
     }
 
 

@@ -285,12 +285,17 @@ class RecordsPublic(BaseModel):
 
 
 class BestPublic(BaseModel):
-    """The best verified schedule of a workload on a target, with its scheduled TVMScript."""
+    """The best verified schedule of a workload on a target, with its scheduled TVMScript.
+
+    ``level`` says how near ``target`` (the target the record was tuned for) is to the one asked
+    for: ``exact``, or with ``fallback=true`` ``device``, ``processor`` or ``isa``.
+    """
 
     workload: WorkloadPublic
     target: TargetPublic
     record: RecordPublic
     tvmscript: str
+    level: Literal["exact", "device", "processor", "isa"] = "exact"
 
 
 class TunedTargetPublic(BaseModel):
@@ -602,3 +607,22 @@ PROBLEMS: dict[int | str, dict[str, Any]] = {
 
 class HealthPublic(BaseModel):
     status: Literal["ok"] = "ok"
+
+
+class TallyPublic(BaseModel):
+    """Lines of one kind in an imported log file: stored anew, or there already."""
+
+    new: int
+    existing: int
+
+
+class LogImportPublic(BaseModel):
+    """What importing a portable log file brought in (``autosched log import``)."""
+
+    workloads: TallyPublic
+    targets: TallyPublic
+    devices: TallyPublic
+    measurements: TallyPublic
+    best_records_offered: int
+    other_tvm: int
+    rekeyed: int

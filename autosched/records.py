@@ -234,3 +234,13 @@ class ReportOutcome:
     ignored: int
     requeued: int
     poisoned: int
+
+
+@dataclass(frozen=True)
+class TunedRecord:
+    """The best record of a workload on one target, with the fingerprint of the device that
+    measured it (None: not known), as the nearest-hardware fallback weighs it."""
+
+    target: TargetInfo
+    record: RecordView
+    device: dict[str, Any] | None

@@ -107,9 +107,10 @@ def target_family(target: dict) -> str:
 def device_fingerprint(target: dict) -> dict:
     """Where a measurement on ``target`` runs, for its provenance.
 
-    Always ``kind``, ``hostname``, ``platform`` and ``tvm_version``; for CPU targets also
-    ``cpu_model``, ``logical_cores`` and ``physical_cores``; for CUDA ``gpu_name`` and
-    ``compute_version``.
+    Always ``kind``, ``hostname``, ``platform``, ``tvm_version`` and ``llvm_version`` (LLVM's
+    major version, None without LLVM); for CPU targets also
+    ``cpu_model``, ``logical_cores`` and ``physical_cores``; for CUDA ``gpu_name``,
+    ``compute_version`` and ``driver_version``.
 
     Raises:
         UserError: a CUDA target on a machine without a CUDA GPU.
@@ -120,11 +121,13 @@ def device_fingerprint(target: dict) -> dict:
         "hostname": socket.gethostname(),
         "platform": platform.platform(),
         "tvm_version": tvm.__version__,
+        "llvm_version": codegen.llvm_version_major(allow_none=True),
     }
     if kind == "cuda":
         device = _cuda_device()
         fingerprint["gpu_name"] = device.device_name
         fingerprint["compute_version"] = device.compute_version
+        fingerprint["driver_version"] = device.driver_version
     else:
         fingerprint["cpu_model"] = _cpu_model()
         fingerprint["logical_cores"] = psutil.cpu_count(logical=True) or os.cpu_count() or 1

@@ -15,12 +15,13 @@ from dataclasses import dataclass
 from autosched.costmodel.base import CostModel
 from autosched.costmodel.shared import starting_model
 from autosched.errors import Cancelled
+from autosched.fallback import seed_records
 from autosched.log import TuningLog
 from autosched.log.costmodels import ModelInfo
 from autosched.log.jobs import JobStore
 from autosched.log.subjects import ensure_subject
 from autosched.measure import CorrectnessGate, Measurer
-from autosched.records import CandidateResult, JobStatus
+from autosched.records import CandidateResult, JobStatus, RecordView
 from autosched.replay import check_not_source
 from autosched.search.base import Proposal
 from autosched.search.registry import DEFAULT_STRATEGY, SearchJob
@@ -68,6 +69,8 @@ class TuneReport:
     wall_secs: float
     cost_model: ModelInfo | None = None
     stop_reason: str | None = None  # why it measured fewer than its trials
+    # where a target the log never measured took its first candidates from (nearest hardware)
+    seeded_from: str | None = None
 
     @property
     def gflops(self) -> float | None:
@@ -98,6 +101,7 @@ class TuneReport:
             "speedup": self.speedup,
             "wall_secs": self.wall_secs,
             "stop_reason": self.stop_reason,
+            "seeded_from": self.seeded_from,
             "cost_model": None
             if self.cost_model is None
             else {
@@ -151,6 +155,7 @@ def tune(
         cost_model_id=None if started_from is None else started_from.id,
     )
     history = log.records(workload_id, target_id)
+    seeded_from, seeds = _seeds(log, workload, workload_id, target, history)
     best = log.best(workload_id, target_id)
     gate = CorrectnessGate(measurer, ref, best.median_secs if best else None, options.seed or 0)
 
@@ -187,6 +192,7 @@ def tune(
                 history=history,
                 cost_model=cost_model,
                 study_storage=log.engine_url,
+                seeds=seeds,
             ),
         )
         if session.needs_baseline:
@@ -221,4 +227,25 @@ def tune(
         wall_secs=time.perf_counter() - started,
         cost_model=started_from,
         stop_reason=session.stop_reason,
+        seeded_from=seeded_from,
     )
+
+
+def _seeds(
+    log: TuningLog,
+    workload: Workload,
+    workload_id: int,
+    target: dict,
+    history: Sequence[RecordView],
+) -> tuple[str | None, list[RecordView]]:
+    """For a target the log never measured the workload on: the nearest hardware's records to
+    start from (``autosched.fallback.seed_records``; this machine's match at the device level),
+    and where they come from in words."""
+    if history:
+        return None, []
+    choice, seeds = seed_records(log, workload, workload_id, target, [device_fingerprint(target)])
+    if choice is None or not seeds:
+        return None, []
+    tuned_for = choice.target.target_json
+    processor = tuned_for.get("mcpu") or tuned_for.get("arch") or choice.target.key
+    return f"{len(seeds)} records of {processor} ({choice.level.value} match)", seeds

@@ -310,8 +310,11 @@ token_app = typer.Typer(name="token", help="Bearer tokens of the REST API.", no_
 @token_app.command("create")
 def create_token(
     role: Annotated[
-        Literal["client", "worker"],
-        typer.Option(help="client: submit and read jobs; worker: lease and report only."),
+        Literal["client", "worker", "admin"],
+        typer.Option(
+            help="client: submit and read jobs; worker: lease and report only; admin: export "
+            "and import the whole log."
+        ),
     ],
     name: Annotated[str | None, typer.Option(help="What the token is for.")] = None,
     db: DbOpt = None,

@@ -17,6 +17,7 @@ from autosched.background import BackgroundLoop
 from autosched.costmodel.base import CostModel
 from autosched.costmodel.shared import starting_model
 from autosched.errors import ServiceUnavailable
+from autosched.fallback import seed_records
 from autosched.log import TuningLog
 from autosched.log.costmodels import CostModelStore
 from autosched.log.jobs import JobStore
@@ -51,6 +52,15 @@ class JobDriver:
         self._batch = job.batch_size
         workload = resolve_workload(job.workload.ref)
         history = log.records(job.workload.id, job.target.id)
+        # A target the log never measured the workload on starts from the nearest hardware's
+        # records; the machines of its workers match at the device level.
+        _match, seeds = (
+            (None, [])
+            if history
+            else seed_records(
+                log, workload, job.workload.id, job.target.target_json, log.machines(job.target.key)
+            )
+        )
         if cost_model is None:
             cost_model = self._shared_model(log, job)
         self._session = start_session(
@@ -64,6 +74,7 @@ class JobDriver:
                 history=history,
                 cost_model=cost_model,
                 study_storage=log.engine_url,
+                seeds=seeds,
             ),
         )
         seen = jobs.measured_since(job.id, 0)

@@ -119,6 +119,8 @@ ROUTES: list[tuple[str, str, Role, dict | None]] = [
     ("POST", "/api/v1/workers/{worker_id}/leases", Role.WORKER, {"n": 1}),
     ("POST", "/api/v1/workers/{worker_id}/leases/{lease_id}/report", Role.WORKER, {"results": []}),
     ("POST", "/api/v1/workers/{worker_id}/leases/{lease_id}/release", Role.WORKER, None),
+    ("GET", "/api/v1/log/export", Role.ADMIN, None),
+    ("POST", "/api/v1/log/import", Role.ADMIN, None),
 ]
 
 

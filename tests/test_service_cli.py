@@ -93,8 +93,13 @@ def test_token_create_prints_a_token_of_the_role(cli: Cli, db_url: str) -> None:
         assert worker is not None and worker.role is Role.WORKER
         assert client is not None and client.role is Role.CLIENT and client.id != worker.id
         assert store.authenticate(token + "x") is None
-    refused = cli("token", "create", "--role", "admin", "--db", db_url)
-    assert refused.code == 2 and "admin" in refused.err
+    admin = cli("token", "create", "--role", "admin", "--db", db_url)
+    assert admin.code == 0, admin.err
+    with TuningLog(db_url) as log:
+        found = TokenStore(log).authenticate(admin.out.strip())
+        assert found is not None and found.role is Role.ADMIN
+    refused = cli("token", "create", "--role", "root", "--db", db_url)
+    assert refused.code == 2 and "root" in refused.err
 
 
 def test_submit_status_and_export_from_a_server(cli: Cli, server: Server, tmp_path: Path) -> None:

@@ -19,6 +19,7 @@ from typer.exceptions import TyperException
 from autosched.cli import tune
 from autosched.cli.bench import bench_app
 from autosched.cli.costmodel import model_app
+from autosched.cli.logfile import log_app
 from autosched.errors import ServiceUnavailable, UserError
 
 COMMAND_GROUP = "autosched.commands"
@@ -33,7 +34,7 @@ app = typer.Typer(
 )
 app.command()(tune.tune)
 app.command()(tune.workloads)
-app.command("log")(tune.show_log)
+app.add_typer(log_app, name="log")
 app.command("export")(tune.export_schedule)
 app.command()(tune.check)
 app.command()(tune.calibrate)

@@ -31,7 +31,10 @@ from autosched.search.registry import DEFAULT_STRATEGY, STRATEGY_HELP, check_str
 from autosched.signals import stop_on_signals
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from autosched.export import BestSchedule
+    from autosched.finalists import Finalist
     from autosched.tuner import Progress as TuneProgress
     from autosched.tuner import TuneReport
     from autosched.workload import Workload
@@ -71,12 +74,22 @@ def tune(
             "--cold", help="Start from a fresh cost model, not the target family's shared one."
         ),
     ] = False,
+    finalists: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            max=64,
+            help="Time this many of the fastest candidates again at the end, side by side, and "
+            "choose the best by the re-timed median (0: keep the fastest single measurement).",
+        ),
+    ] = 8,
     db: DbOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Tune a workload on this machine and record every measurement in the tuning log.
 
-    Afterwards the target family's shared cost model is retrained if the log grew enough.
+    At the end the fastest candidates are timed again side by side (see --finalists). Afterwards
+    the target family's shared cost model is retrained if the log grew enough.
     """
     from autosched.costmodel.shared import retrain_if_grown
     from autosched.measure import LocalMeasurer
@@ -91,7 +104,12 @@ def tune(
     stop = threading.Event()
     measurer = LocalMeasurer(target_json, cancel=stop)
     options = TuneOptions(
-        trials=trials, batch_size=batch, seed=seed, strategy=strategy, warm=not cold
+        trials=trials,
+        batch_size=batch,
+        seed=seed,
+        strategy=strategy,
+        warm=not cold,
+        finalists=finalists,
     )
     progress = Progress(
         TextColumn(f"tuning {spec.name}"),
@@ -144,6 +162,8 @@ def _print_report(report: TuneReport) -> None:
     table.add_row("trials", f"{report.trials} measured, {report.failed} failed")
     if report.stop_reason is not None:
         table.add_row("stopped", report.stop_reason)
+    if report.seeded_from is not None:
+        table.add_row("started from", report.seeded_from)
     table.add_row("best median latency", us(report.best_latency_secs))
     if report.gflops is not None:
         table.add_row("throughput", f"{report.gflops:.1f} GFLOP/s")
@@ -154,6 +174,26 @@ def _print_report(report: TuneReport) -> None:
     started_from = "fresh" if model is None else f"{model.family} version {model.version}"
     table.add_row("cost model", f"started from {started_from}")
     table.add_row("wall time", f"{report.wall_secs:.1f} s")
+    _out.print(table)
+    if report.finalists:
+        _print_finalists(report.finalists)
+
+
+def _print_finalists(finalists: Sequence[Finalist]) -> None:
+    confidence = min(finalist.interval.confidence for finalist in finalists)
+    table = Table(
+        "rank", "program", "first us", "re-timed us", f"{confidence:.0%} interval us", "samples",
+        title="finalists timed again side by side (tie: its interval overlaps the winner's)",
+    )  # fmt: skip
+    for rank, finalist in enumerate(finalists, start=1):
+        table.add_row(
+            str(rank) + (" tie" if finalist.tie and rank > 1 else ""),
+            finalist.program_hash[:12],
+            f"{finalist.first_median_secs * 1e6:.2f}",
+            f"{finalist.median_secs * 1e6:.2f}",
+            f"{finalist.interval.low * 1e6:.2f} - {finalist.interval.high * 1e6:.2f}",
+            str(len(finalist.samples)),
+        )
     _out.print(table)
 
 
@@ -249,12 +289,26 @@ def export_schedule(
         typer.Option("--server", help="Export from this autosched server instead of a database."),
     ] = None,
     token: TokenOpt = None,
+    fallback: Annotated[
+        bool,
+        typer.Option(
+            "--fallback",
+            help="Without a record for the target, take the nearest hardware's: the same "
+            "device, processor model or ISA family (the level is printed).",
+        ),
+    ] = False,
+    retime: Annotated[
+        bool,
+        typer.Option(
+            "--retime", help="With --fallback: measure the nearest records here, keep the fastest."
+        ),
+    ] = False,
 ) -> None:
     """Export the best schedule of a workload: TVMScript, a MetaSchedule database or a library.
 
     With --server, from a tuning server; --target then names a kind, target JSON or target key.
     """
-    from autosched.export import ExportFormat, best_schedule, export
+    from autosched.export import ExportFormat, export
     from autosched.target import parse_target
 
     try:
@@ -262,20 +316,56 @@ def export_schedule(
     except ValueError:
         choices = ", ".join(f.value for f in ExportFormat)
         raise UserError(f"unknown export format {format_name!r}; choose one of {choices}") from None
+    if retime and not fallback:
+        raise UserError("--retime measures the records --fallback finds; give --fallback too")
     spec = _resolve_workload(workload, param, file)
     if server is not None:
         if db is not None:
             raise UserError("give --db or --server, not both")
-        best = _fetch_best(server, token, spec, target)
+        if retime:
+            raise UserError("--retime measures on this machine; export from a local --db")
+        best = _fetch_best(server, token, spec, target, fallback=fallback)
     else:
-        target_json = parse_target(target)
-        log = open_log(db, must_exist=True, read_only=True)
-        try:
-            best = best_schedule(log, spec, target_json)
-        finally:
-            log.close()
+        best = _local_best(db, spec, parse_target(target), fallback=fallback, retime=retime)
+    for note in best.notes:
+        _err.print(f"note: {escape(note)}", highlight=False)
+    if fallback:
+        _out.print(
+            f"matched at level {best.level.value}: tuned for "
+            f"{escape(json.dumps(best.tuned_for or best.target))}",
+            highlight=False,
+            soft_wrap=True,
+        )
     for path in export(best, fmt, output):
         _out.print(f"wrote {escape(str(path))}")
+
+
+def _local_best(
+    db: str | None, spec: Workload, target: dict, *, fallback: bool, retime: bool
+) -> BestSchedule:
+    """The best schedule of ``spec`` on ``target`` in the local log, with the nearest hardware's
+    record as ``fallback`` (this machine's records matching at the device level), retimed here
+    with ``retime``."""
+    from autosched.export import best_schedule
+    from autosched.measure import LocalMeasurer
+    from autosched.target import device_fingerprint
+
+    machines: list[dict] = []
+    if fallback:
+        try:
+            machines = [device_fingerprint(target)]
+        except UserError:  # a CUDA target on a machine without a GPU: no device to match
+            machines = []
+    log = open_log(db, must_exist=True, read_only=True)
+    measurer = LocalMeasurer(target) if retime else None
+    try:
+        return best_schedule(
+            log, spec, target, fallback=fallback, machines=machines, retime=measurer
+        )
+    finally:
+        log.close()
+        if measurer is not None:
+            measurer.close()
 
 
 def check(
@@ -325,13 +415,22 @@ def calibrate(target: TargetOpt = None, as_json: JsonOpt = False) -> None:
 
 
 def _fetch_best(
-    server: str, token: str | None, workload: Workload, target: str | None
+    server: str, token: str | None, workload: Workload, target: str | None, *, fallback: bool
 ) -> BestSchedule:
     """The best schedule of ``workload`` on ``target`` (a kind, target JSON or key) from a server,
-    replayed here for export."""
+    replayed here for export; with ``fallback``, the nearest hardware's if the target has none."""
+    from dataclasses import replace
+
     from autosched.client import ServiceClient
     from autosched.export import replay
+    from autosched.fallback import FallbackLevel
 
     with ServiceClient(server, token) as client:
-        found = client.workload_best(workload.key, target or "llvm")
-    return replay(workload, found.target.target_json, found.record.to_view())
+        found = client.workload_best(workload.key, target or "llvm", fallback=fallback)
+    asked = found.target.target_json
+    if fallback and found.level != FallbackLevel.EXACT.value:
+        from autosched.target import parse_target
+
+        asked = parse_target(target)  # a kind or key names the tuned target, not this one
+    best = replay(workload, asked, found.record.to_view())
+    return replace(best, level=FallbackLevel(found.level), tuned_for=found.target.target_json)

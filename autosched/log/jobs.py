@@ -370,7 +370,11 @@ class JobStore:
         query = (
             select(Candidate, Measurement)
             .join(Measurement, Measurement.candidate_id == Candidate.id)
-            .where(Candidate.job_id == job_id, Measurement.id > after_measurement_id)
+            .where(
+                Candidate.job_id == job_id,
+                Measurement.id > after_measurement_id,
+                Measurement.imported_at.is_(None),
+            )
             .order_by(Measurement.id)
         )
         with self._sessions.begin() as session:
@@ -388,7 +392,7 @@ class JobStore:
                 Measurement.error_kind,
             )
             .join(Measurement, Measurement.candidate_id == Candidate.id)
-            .where(Candidate.job_id == job.id)
+            .where(Candidate.job_id == job.id, Measurement.imported_at.is_(None))
             .order_by(Measurement.id)
         ).all()
         done = failed = 0

@@ -23,6 +23,7 @@ from sqlalchemy import (
     Text,
     TypeDecorator,
     UniqueConstraint,
+    text,
 )
 from sqlalchemy import (
     Enum as SqlEnum,
@@ -247,10 +248,10 @@ class Lease(Base):
 
 
 class ApiToken(Base):
-    """A bearer token of the REST API, stored as its sha256; ``role`` is client or worker."""
+    """A bearer token of the REST API, stored as its sha256; ``role`` is client, worker or admin."""
 
     __tablename__ = "api_tokens"
-    __table_args__ = (CheckConstraint("role IN ('client', 'worker')", name="role"),)
+    __table_args__ = (CheckConstraint("role IN ('client', 'worker', 'admin')", name="role"),)
 
     id: Mapped[IntPk]
     name: Mapped[Name]
@@ -260,18 +261,36 @@ class ApiToken(Base):
     revoked_at: Mapped[datetime | None]
 
 
+_MEASURED_HERE = text("imported_at IS NULL")
+
+
 class Measurement(Base):
-    """The timing (or the error) of one candidate; an error row has no median."""
+    """The timing (or the error) of one candidate; an error row has no median.
+
+    ``uid`` identifies the measurement in every log it travels to (``autosched log export`` and
+    ``import``); ``imported_at`` is when it came from another log (None: measured for this one).
+    A candidate has at most one measurement of this log, and any number imported. ``provenance``
+    says where and with what it was measured (versions, machine, job; see
+    ``autosched.log.provenance``); ``tvm_version`` repeats its TVM version for queries.
+    """
 
     __tablename__ = "measurements"
     __table_args__ = (
         CheckConstraint("median_secs IS NULL OR median_secs >= 0", name="median_secs"),
         CheckConstraint("error_kind IS NULL OR median_secs IS NULL", name="error_has_no_median"),
         Index(None, "median_secs"),
+        Index(
+            "uq_measurements_local_candidate_id",
+            "candidate_id",
+            unique=True,
+            sqlite_where=_MEASURED_HERE,
+            postgresql_where=_MEASURED_HERE,
+        ),
     )
 
     id: Mapped[IntPk]
-    candidate_id: Mapped[int] = mapped_column(ForeignKey("candidates.id"), unique=True)
+    uid: Mapped[str] = mapped_column(String(32), unique=True)
+    candidate_id: Mapped[int] = mapped_column(ForeignKey("candidates.id"), index=True)
     device_id: Mapped[int | None] = mapped_column(ForeignKey("devices.id"))
     samples: Mapped[list[float]]
     median_secs: Mapped[float | None]
@@ -281,6 +300,9 @@ class Measurement(Base):
     build_secs: Mapped[float | None]
     started_at: Mapped[datetime | None]
     finished_at: Mapped[datetime | None]
+    provenance: Mapped[JsonDict | None]
+    tvm_version: Mapped[str | None] = mapped_column(String(64))
+    imported_at: Mapped[datetime | None]
 
 
 class BestRecord(Base):

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, TypeVar
 
 from alembic.util.exc import CommandError
-from sqlalchemy import Select, and_, func, select, update
+from sqlalchemy import Select, and_, case, func, select, update
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -38,9 +39,11 @@ from autosched.log.models import (
     Measurement,
     Target,
     TuningJob,
+    Worker,
     Workload,
     utcnow,
 )
+from autosched.log.provenance import measurement_provenance
 from autosched.records import (
     CandidateResult,
     ErrorKind,
@@ -48,6 +51,7 @@ from autosched.records import (
     RecordView,
     SummaryRow,
     TargetInfo,
+    TunedRecord,
     WorkloadInfo,
 )
 
@@ -302,15 +306,19 @@ class TuningLog:
     ) -> set[int]:
         """Store measurements of candidates in ``session``; returns the candidate ids stored.
 
-        A candidate that already has a measurement keeps it (the new one is dropped), and each
-        stored candidate becomes ``measured``. The fastest verified, error-free measurement of each
-        workload and target (``subjects`` maps a candidate id to its workload and target ids) is
-        offered as their best record.
+        A candidate that already has a measurement of this log keeps it (the new one is dropped;
+        measurements imported from other logs do not count), and each stored candidate becomes
+        ``measured``. Each new measurement gets a new ``uid`` and its provenance (this autosched's
+        version, its device's TVM and LLVM versions and machine, its candidate's job). The
+        fastest verified, error-free measurement of each workload and target (``subjects`` maps a
+        candidate id to its workload and target ids) is offered as their best record.
         """
         if not measurements:
             return set()
+        provenance = self._provenance(session, measurements)
         rows = [
             {
+                "uid": uuid.uuid4().hex,
                 "candidate_id": item.candidate_id,
                 "device_id": item.device_id,
                 "samples": list(item.result.samples),
@@ -323,6 +331,8 @@ class TuningLog:
                 "build_secs": item.result.build_secs,
                 "started_at": item.result.started_at,
                 "finished_at": item.result.finished_at or utcnow(),
+                "provenance": provenance[item.candidate_id],
+                "tvm_version": provenance[item.candidate_id]["tvm"],
             }
             for item in measurements
         ]
@@ -330,7 +340,9 @@ class TuningLog:
             session.scalars(
                 self._insert(Measurement)
                 .values(rows)
-                .on_conflict_do_nothing(index_elements=["candidate_id"])
+                .on_conflict_do_nothing(
+                    index_elements=["candidate_id"], index_where=Measurement.imported_at.is_(None)
+                )
                 .returning(Measurement.candidate_id)
             )
         )
@@ -349,19 +361,82 @@ class TuningLog:
             if subject not in fastest or median < fastest[subject][0]:
                 fastest[subject] = (median, item.candidate_id)
         for (workload_id, target_id), (median, candidate_id) in fastest.items():
-            self._offer_best(session, workload_id, target_id, median, candidate_id)
+            self.offer_best(session, workload_id, target_id, median, candidate_id)
         return stored
 
+    def _provenance(
+        self, session: Session, measurements: Sequence[NewMeasurement]
+    ) -> dict[int, dict[str, Any]]:
+        """The provenance of each new measurement of this log, by candidate id: its device's
+        fingerprint and the job of its candidate."""
+        candidate_ids = {item.candidate_id for item in measurements}
+        device_ids = {item.device_id for item in measurements if item.device_id is not None}
+        jobs = {
+            row.id: row.job_id
+            for row in session.execute(
+                select(Candidate.id, Candidate.job_id).where(Candidate.id.in_(candidate_ids))
+            )
+        }
+        fingerprints = {
+            row.id: row.fingerprint
+            for row in session.execute(
+                select(Device.id, Device.fingerprint).where(Device.id.in_(device_ids))
+            )
+        }
+        return {
+            item.candidate_id: measurement_provenance(
+                fingerprints.get(item.device_id) if item.device_id is not None else None,
+                jobs.get(item.candidate_id),
+            )
+            for item in measurements
+        }
+
     def best(self, workload_id: int, target_id: int) -> RecordView | None:
-        """Return the best record of a workload and target, or ``None`` if there is none yet."""
-        query = (
-            _record_query()
-            .join(BestRecord, BestRecord.candidate_id == Candidate.id)
-            .where(BestRecord.workload_id == workload_id, BestRecord.target_id == target_id)
-        )
+        """Return the best record of a workload and target, or ``None`` if there is none yet.
+
+        Of several measurements of the best candidate (one of this log, others imported), the
+        one that made it the best is returned.
+        """
         with self._sessions.begin() as session:
-            row = session.execute(query).one_or_none()
+            row = best_row(session, workload_id, target_id)
             return None if row is None else record_view(*row)
+
+    def tuned_records(self, workload_id: int) -> list[TunedRecord]:
+        """The best record of a workload on every target it has one for, ordered by target key,
+        each with the fingerprint of the device that measured it."""
+        query = (
+            select(Target)
+            .join(BestRecord, BestRecord.target_id == Target.id)
+            .where(BestRecord.workload_id == workload_id)
+            .order_by(Target.key)
+        )
+        tuned: list[TunedRecord] = []
+        with self._sessions.begin() as session:
+            for target in session.scalars(query).all():
+                row = best_row(session, workload_id, target.id)
+                if row is None:
+                    continue
+                device = None if row[1].device_id is None else session.get(Device, row[1].device_id)
+                tuned.append(
+                    TunedRecord(
+                        _target_info(target),
+                        record_view(*row),
+                        None if device is None else device.fingerprint,
+                    )
+                )
+        return tuned
+
+    def machines(self, target_key: str) -> list[dict[str, Any]]:
+        """The device fingerprints of the workers ever registered for the target ``target_key``:
+        the machines that run it, for the nearest-hardware fallback."""
+        devices = (
+            select(Worker.device_id)
+            .join(Target, Target.id == Worker.target_id)
+            .where(Target.key == target_key)
+        )
+        query = select(Device.fingerprint).where(Device.id.in_(devices)).order_by(Device.id)
+        with self._sessions.begin() as session:
+            return list(session.scalars(query))
 
     def records(
         self,
@@ -476,10 +551,11 @@ class TuningLog:
         assert row is not None, f"no workload {workload_id}"
         return _workload_info(row)
 
-    def _offer_best(
+    def offer_best(
         self, session: Session, workload_id: int, target_id: int, median: float, candidate_id: int
     ) -> None:
-        """Make the candidate the best record unless the current one is at least as fast."""
+        """Make the candidate the best record of a workload and target (in ``session``) unless
+        the current one is at least as fast."""
         insert = self._insert(BestRecord).values(
             workload_id=workload_id,
             target_id=target_id,
@@ -514,6 +590,34 @@ def _workload_info(row: Workload) -> WorkloadInfo:
 
 def _target_info(row: Target) -> TargetInfo:
     return TargetInfo(id=row.id, key=row.key, kind=row.kind, target_json=row.target_json)
+
+
+def best_row(
+    session: Session, workload_id: int, target_id: int
+) -> tuple[Candidate, Measurement] | None:
+    """The best candidate of a workload and target with the measurement that made it the best."""
+    query = (
+        _record_query()
+        .join(BestRecord, BestRecord.candidate_id == Candidate.id)
+        .where(BestRecord.workload_id == workload_id, BestRecord.target_id == target_id)
+        .order_by(_made_best(), Measurement.id)
+        .limit(1)
+    )
+    row = session.execute(query).one_or_none()
+    return None if row is None else (row[0], row[1])
+
+
+def _made_best() -> Any:
+    """An ordering that puts first, of a best candidate's measurements, the one that made it the
+    best record (its median), then its other verified timings."""
+    return case(
+        (
+            and_(Measurement.verified.is_(True), Measurement.median_secs == BestRecord.median_secs),
+            0,
+        ),
+        (and_(Measurement.verified.is_(True), Measurement.median_secs.is_not(None)), 1),
+        else_=2,
+    )
 
 
 def _record_query() -> Select[tuple[Candidate, Measurement]]:

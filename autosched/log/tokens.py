@@ -21,10 +21,12 @@ MIN_TOKEN_CHARS = 32  # ``create`` makes 43 characters (256 random bits)
 
 
 class Role(str, Enum):
-    """What a token may do: clients submit and read jobs; workers lease and report candidates."""
+    """What a token may do: clients submit and read jobs; workers lease and report candidates;
+    admins export and import the whole tuning log."""
 
     CLIENT = "client"
     WORKER = "worker"
+    ADMIN = "admin"
 
 
 @dataclass(frozen=True)

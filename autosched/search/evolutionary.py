@@ -54,6 +54,8 @@ class EvolutionarySearch:
         population_size: schedules evolved per generation.
         history: recorded measurements of this workload and target: the best of them seed the
             population and all of them train the cost model.
+        seeds: records of this workload on other hardware: they seed the population (ranked by
+            their recorded timings) but teach the cost model nothing.
     """
 
     def __init__(
@@ -65,6 +67,7 @@ class EvolutionarySearch:
         batch_size: int,
         seed: int | None,
         history: Sequence[RecordView] = (),
+        seeds: Sequence[RecordView] = (),
         population_size: int = POPULATION_SIZE,
     ) -> None:
         self._workload = workload
@@ -81,6 +84,7 @@ class EvolutionarySearch:
         self._args_info = ArgInfo.from_prim_func(workload.func)
         self._target = self._context.target
         self._learn_history(history)
+        self._seed(seeds)
         self._context.pre_tuning(
             max_trials=_STRATEGY_TRIAL_CAP,
             num_trials_per_iter=batch_size,
@@ -118,6 +122,22 @@ class EvolutionarySearch:
                 sch.trace, self._database_workload, result.run_secs, self._target, self._args_info
             )
             self._database.commit_tuning_record(record)
+
+    def _seed(self, seeds: Sequence[RecordView]) -> None:
+        """Put records of other hardware in the database the population starts from."""
+        for record in seeds:
+            if record.error_kind is not None or not record.samples:
+                continue
+            try:
+                sch = apply_trace(self._workload.mod, record.trace_json)
+            except Exception:  # a record from another TVM version may no longer replay
+                continue
+            self._remember(
+                sch,
+                RunnerResult(
+                    run_secs=[FloatImm("float32", s) for s in record.samples], error_msg=None
+                ),
+            )
 
     def _learn_history(self, history: Sequence[RecordView]) -> None:
         """Replay recorded candidates: successful ones join the database, all train the model."""

@@ -28,7 +28,9 @@ class SearchJob:
 
     ``history`` holds the recorded measurements of the workload and target; ``cost_model`` guides
     the strategies that consult one; ``study_storage`` is the SQLAlchemy URL where TPE keeps its
-    study (None: in memory).
+    study (None: in memory). ``seeds`` are records of the workload on the nearest other hardware
+    (``autosched.fallback``), for a target it was never measured on: the session measures them
+    first, and the evolutionary search starts its population from them.
     """
 
     workload: Workload
@@ -39,6 +41,7 @@ class SearchJob:
     history: Sequence[RecordView]
     cost_model: CostModel
     study_storage: str | None
+    seeds: Sequence[RecordView] = ()
 
 
 def _evolutionary(job: SearchJob) -> SearchStrategy:
@@ -52,6 +55,7 @@ def _evolutionary(job: SearchJob) -> SearchStrategy:
         batch_size=job.batch_size,
         seed=job.seed,
         history=job.history,
+        seeds=job.seeds,
         population_size=population_for(job.trials),
     )
 

@@ -47,6 +47,8 @@ class SearchSession:
         baseline_hash: the program hash of the untuned workload.
         space: builds the design space to sample rounds full from (None: never sample).
         seed: seeds those samples.
+        seeds: records of the workload on other hardware, measured first (the strategy does not
+            hear of them; the evolutionary search starts its population from them itself).
     """
 
     def __init__(
@@ -57,9 +59,15 @@ class SearchSession:
         *,
         space: Callable[[], DesignSpace] | None = None,
         seed: int | None = None,
+        seeds: Sequence[RecordView] = (),
     ) -> None:
         self._strategy = strategy
         self._known: dict[str, MeasureResult] = {r.program_hash: r.result for r in history}
+        self._seeds = [
+            Proposal(r.trace_json, r.program_hash, None, _SAMPLED)
+            for r in seeds
+            if r.program_hash not in self._known
+        ]
         self._pending: dict[str, Proposal] = {}
         self._stale = 0
         self._space_factory = space
@@ -106,6 +114,10 @@ class SearchSession:
         if known:
             self._strategy.tell(known, [self._known[p.program_hash] for p in known])
         fresh: dict[str, Proposal] = {}
+        while self._seeds and len(fresh) < limit:
+            seeded = self._seeds.pop(0)
+            if seeded.program_hash not in self._known and seeded.program_hash not in self._pending:
+                fresh.setdefault(seeded.program_hash, seeded)
         for proposal in proposals:
             digest = proposal.program_hash
             if digest not in self._known and digest not in self._pending:
@@ -177,4 +189,5 @@ def start_session(strategy: str, job: SearchJob) -> SearchSession:
         program_hash(job.workload.mod),
         space=lambda: design_space(job.workload, job.target, seed=job.seed),
         seed=job.seed,
+        seeds=job.seeds,
     )

@@ -28,6 +28,7 @@ from autosched.log.tokens import TokenStore
 from autosched.protocol import PROBLEMS, problem_line
 from autosched.server.api.deps import Stores
 from autosched.server.api.routes import health, jobs, monitoring, records, workers, workloads
+from autosched.server.api.routes import log as log_routes
 from autosched.server.dashboard import mount_dashboard
 from autosched.server.settings import Settings, is_loopback
 
@@ -95,6 +96,7 @@ def create_app(settings: Settings, *, background: Sequence[ServiceFactory] = ())
     app.include_router(health.router, responses={503: PROBLEMS[503]})
     for group in (jobs, workloads, records, workers, monitoring):
         app.include_router(group.router, prefix=API_PREFIX, responses=PROBLEMS)
+    app.include_router(log_routes.router, prefix=API_PREFIX, responses=PROBLEMS)
     mount_dashboard(app, no_auth=settings.no_auth)
     app.add_exception_handler(UserError, _domain_error)
     app.add_exception_handler(ServiceUnavailable, _unavailable)

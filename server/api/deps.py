@@ -70,7 +70,7 @@ TargetQuery = Annotated[
 
 _bearer = HTTPBearer(
     auto_error=False,
-    description="A token from `autosched token create --role client|worker`.",
+    description="A token from `autosched token create --role client|worker|admin`.",
 )
 
 
@@ -108,6 +108,7 @@ def _unauthorized(message: str) -> HTTPException:
 
 _worker_token = _require(Role.WORKER)
 ClientAuth = Depends(_require(Role.CLIENT))
+AdminAuth = Depends(_require(Role.ADMIN))
 WorkerAuth = Depends(_worker_token)
 WorkerCaller = Annotated[Credential | None, Depends(_worker_token)]
 

@@ -12,7 +12,8 @@ import re
 from typing import Any
 
 from autosched.admission import admit_program, program_json
-from autosched.errors import Conflict, NotFound
+from autosched.errors import Conflict, NotFound, UserError
+from autosched.export import best_schedule as nearest_best
 from autosched.export import replay
 from autosched.log import TuningLog
 from autosched.log.leases import LeaseQueue
@@ -127,6 +128,50 @@ def best_schedule(log: TuningLog, workload: WorkloadInfo, target: TargetInfo) ->
         target=TargetPublic.of(target),
         record=RecordPublic.of(record),
         tvmscript=best.schedule.mod["main"].script(),
+    )
+
+
+def nearest_schedule(
+    log: TuningLog, leases: LeaseQueue, workload: WorkloadInfo, text: str
+) -> BestPublic:
+    """The best schedule of ``workload`` on the target ``text`` names, or when it has none the
+    nearest hardware's (``autosched.fallback``), with the level that matched.
+
+    ``text`` is a target key, target JSON, or a kind (the target its live workers run, else the
+    one the workload was tuned for). The machines of the target's workers match at the
+    ``device`` level.
+
+    Raises:
+        UserError: malformed target JSON, or an unknown kind.
+        NotFound: no record at any level (or an unknown target key). Conflict: a kind names
+            several targets.
+    """
+    text = text.strip()
+    if text.startswith("{"):
+        asked = parse_target(text)
+    elif _TARGET_KEY.fullmatch(text):
+        stored = log.find_target(text)
+        if stored is None:
+            raise NotFound(f"no target {text} in the tuning log")
+        asked = stored.target_json
+    else:
+        live = leases.worker_targets(_kind(text))
+        asked = live[0] if len(live) == 1 else tuned_target(log, leases, workload, text).target_json
+    resolved = resolve_workload(workload.ref)
+    try:
+        best = nearest_best(
+            log, resolved, asked, fallback=True, machines=log.machines(target_key(asked))
+        )
+    except UserError as error:
+        raise NotFound(str(error)) from None
+    matched = log.find_target(target_key(best.tuned_for or best.target))
+    assert matched is not None  # the record came from the log
+    return BestPublic(
+        workload=WorkloadPublic.of(workload),
+        target=TargetPublic.of(matched),
+        record=RecordPublic.of(best.record),
+        tvmscript=best.schedule.mod["main"].script(),
+        level=best.level.value,
     )
 
 

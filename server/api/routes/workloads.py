@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 from itertools import groupby
+from typing import Annotated
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Query
 
 from autosched.protocol import BestPublic, WorkloadsPublic, WorkloadSummaryPublic
 from autosched.server.api.deps import ClientAuth, LeasesDep, LogDep, TargetQuery
-from autosched.server.api.resolve import best_schedule, stored_workload, tuned_target
+from autosched.server.api.resolve import (
+    best_schedule,
+    nearest_schedule,
+    stored_workload,
+    tuned_target,
+)
 
 router = APIRouter(prefix="/workloads", tags=["workloads"], dependencies=[ClientAuth])
 
@@ -25,7 +31,21 @@ def list_workloads(log: LogDep) -> WorkloadsPublic:
 
 
 @router.get("/{key}/best")
-def get_workload_best(key: str, target: TargetQuery, log: LogDep, leases: LeasesDep) -> BestPublic:
+def get_workload_best(
+    key: str,
+    target: TargetQuery,
+    log: LogDep,
+    leases: LeasesDep,
+    fallback: Annotated[
+        bool,
+        Query(
+            description="Without a record for the target, answer the nearest hardware's: the "
+            "same device, processor model or ISA family (``level`` says which)."
+        ),
+    ] = False,
+) -> BestPublic:
     """The best verified schedule of a workload on a target, as TVMScript and trace."""
     workload = stored_workload(log, key)
+    if fallback:
+        return nearest_schedule(log, leases, workload, target)
     return best_schedule(log, workload, tuned_target(log, leases, workload, target))

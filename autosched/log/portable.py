@@ -791,11 +791,10 @@ def _store(log: TuningLog, parsed: _File, admitted: dict[str, _Admitted]) -> Imp
                     "imported_at": now,
                 }
             )
-        for start in range(0, len(rows), _CHUNK):
-            session.execute(
-                log.insert(Measurement)
-                .values(rows[start : start + _CHUNK])
-                .on_conflict_do_nothing(index_elements=["uid"])
+        if rows:
+            session.connection().execute(
+                log.insert(Measurement.__table__).on_conflict_do_nothing(index_elements=["uid"]),
+                rows,
             )
         measured = {line.uid: line for line in parsed.measurements}
         for best in parsed.best:
@@ -910,17 +909,18 @@ def _ensure_candidates(
             "trace_json": trace,
             "created_at": now,
             "state": CandidateState.MEASURED,
+            "strikes": 0,
         }
         for (workload_id, target_id, program_hash), trace in traces.items()
         if (workload_id, target_id, program_hash) not in ids
     ]
-    for start in range(0, len(missing), _CHUNK):
-        session.execute(
-            log.insert(Candidate)
-            .values(missing[start : start + _CHUNK])
-            .on_conflict_do_nothing(index_elements=["workload_id", "target_id", "program_hash"])
-        )
     if missing:
+        session.connection().execute(
+            log.insert(Candidate.__table__).on_conflict_do_nothing(
+                index_elements=["workload_id", "target_id", "program_hash"]
+            ),
+            missing,
+        )
         read()
     return ids
 

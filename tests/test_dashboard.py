@@ -331,6 +331,7 @@ def test_text_from_the_log_is_shown_as_text(served: Served, tab: Tab) -> None:
     best = served.get(f"/jobs/{job['id']}/best")
     expect(page.locator("pre.tvmscript")).to_have_text(best["tvmscript"])
     expect(page.locator("pre.message").first).to_have_text(XSS)
+    tab.shoot("escaped")
     tab.show("#/workers")
     expect(page.locator(f"#workers tr[data-worker-id='{worker}'] td.name")).to_have_text(XSS)
     assert page.locator("img").count() == 0
@@ -345,6 +346,7 @@ def test_a_bad_token_shows_one_message_and_a_worker_token_is_refused(
     message = tab.page.locator("#login-error")
     expect(message).to_have_text("This token was refused: it is unknown or revoked.")
     expect(tab.page.locator("#view")).to_be_empty()
+    expect(tab.page.locator("nav")).to_be_hidden()
     tab.shoot("bad-token")
     tab.page.fill("#login input[name=token]", served.tokens[Role.WORKER])
     tab.page.click("#login button[type=submit]")
@@ -353,6 +355,7 @@ def test_a_bad_token_shows_one_message_and_a_worker_token_is_refused(
     tab.page.click("#login button[type=submit]")
     expect(tab.page.locator("#jobs table")).to_be_visible()
     expect(message).to_be_hidden()
+    expect(tab.page.locator("nav")).to_be_visible()
 
 
 def test_a_server_without_auth_asks_for_no_token(tab: Tab, tmp_path: Path) -> None:

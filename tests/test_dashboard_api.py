@@ -328,3 +328,8 @@ def test_every_dashboard_file_is_package_data() -> None:
     """pyproject ships ``static/*``: one level, so a file in a subfolder would be left out."""
     assert all(path.is_file() for path in STATIC.iterdir())
     assert {"index.html", "app.js", "app.css"} <= {path.name for path in STATIC.iterdir()}
+
+
+def test_the_whole_page_weighs_under_64_kib() -> None:
+    """Every file the page loads, charts included (SVG drawn by chart.js, no library)."""
+    assert sum(path.stat().st_size for path in STATIC.iterdir()) < 64 * 1024

@@ -58,7 +58,7 @@ function marker(shape, cx, cy, cls, title) {
 /**
  * A chart of `series`: [{cls, points: [{x, y, cls, title}], step}], each point a circle, or a
  * cross in the band above the plot when its y is null. `x` and `y` are axes: {label, format,
- * log, zero}; `name` goes to the chart's data-chart attribute.
+ * log, zero, integer}; `name` goes to the chart's data-chart attribute.
  */
 export function chart({ name, x, y, series, empty }) {
   const root = svg("svg", {
@@ -87,7 +87,7 @@ export function chart({ name, x, y, series, empty }) {
   const axes = svg("g", { class: "axes" });
   axes.append(svg("path", { d: `M${left},${top}V${bottom}H${right}` }));
   for (const t of linearTicks(...xDomain, 6)) {
-    if (t < xDomain[0] || t > xDomain[1]) continue;
+    if (t < xDomain[0] || t > xDomain[1] || (x.integer && !Number.isInteger(t))) continue;
     axes.append(
       svg("line", { x1: sx(t), x2: sx(t), y1: bottom, y2: bottom + 4 }),
       svg("text", { x: sx(t), y: bottom + 16, class: "tick x" }, x.format(t)),

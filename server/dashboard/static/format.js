@@ -12,7 +12,8 @@ export function speedup(baseline, best) {
 }
 
 export function duration(secs) {
-  if (secs < 60) return `${Math.max(0, Math.round(secs))} s`;
+  if (secs < 10) return `${Math.max(0, Number(secs.toFixed(1)))} s`;
+  if (secs < 60) return `${Math.round(secs)} s`;
   if (secs < 3600) return `${Math.round(secs / 60)} min`;
   if (secs < 86400) return `${(secs / 3600).toFixed(1)} h`;
   return `${(secs / 86400).toFixed(1)} d`;

@@ -50,7 +50,7 @@ function charts(job, measurements) {
   return [
     chart({
       name: "trials",
-      x: { label: "trials", format: (t) => String(Math.round(t)), zero: true },
+      x: { label: "trials", format: String, zero: true, integer: true },
       y: LATENCY,
       series: [
         { cls: "measurements", points: points(measurements, byTrial) },

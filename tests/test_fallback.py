@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from helpers import Cli
+from sqlalchemy import select
 from tvm import te
 from tvm.s_tir import Schedule
 
@@ -20,11 +21,13 @@ from autosched.export import best_schedule
 from autosched.fallback import FallbackLevel, intrinsic_features, isa_fits, vector_bits
 from autosched.log import TuningLog
 from autosched.log.jobs import JobStore
+from autosched.log.models import Candidate
 from autosched.log.subjects import ensure_subject
 from autosched.measure import LocalMeasurer
 from autosched.measure.simulated import SimulatedMeasurer
 from autosched.records import CandidateResult, MeasureResult
 from autosched.schedule import program_hash, trace_to_json
+from autosched.server.engine import JobDriver
 from autosched.target import canonical_target, host_target
 from autosched.tuner import TuneOptions, tune
 from autosched.workload import Workload, workload_from_ir_json, workload_from_te
@@ -233,3 +236,24 @@ def test_retime_measures_the_nearest_records_here(tuned: tuple[TuningLog, Worklo
     (note,) = best.notes
     assert note.startswith("retimed ") and note.endswith(" ran")
     assert best.record.samples and best.record.samples != (4e-5,) and best.record.samples != (1e-5,)
+
+
+def test_a_service_job_on_a_target_never_measured_queues_the_nearest_records_first(
+    tuned: tuple[TuningLog, Workload],
+) -> None:
+    log, workload = tuned
+    jobs = JobStore(log)
+    job_id = jobs.submit(workload, ALDERLAKE, trials=2, batch_size=2, strategy="random", seed=0)
+    assert job_id in jobs.claim_jobs("test-engine", 60)
+    driver = JobDriver(log, jobs, jobs.job(job_id))
+    assert driver.advance()
+    with log.sessions.begin() as session:
+        queued = list(
+            session.scalars(
+                select(Candidate.program_hash)
+                .where(Candidate.job_id == job_id)
+                .order_by(Candidate.queue_position, Candidate.id)
+            )
+        )
+    _, seed_hash = vectorized(workload, 8)
+    assert queued[:2] == [program_hash(workload.mod), seed_hash]  # the baseline, then the seed

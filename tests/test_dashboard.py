@@ -32,9 +32,13 @@ from autosched.log.tokens import Role, TokenStore
 from autosched.server.api.app import create_app
 from autosched.server.settings import Settings
 
-pytestmark = pytest.mark.slow  # starts a server, a worker and a browser
-
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+pytestmark = [
+    pytest.mark.slow,  # starts a server, a worker and a browser
+    pytest.mark.skipif(
+        not Path(CHROMIUM).exists(), reason=f"no Chromium at {CHROMIUM}: apt-get install chromium"
+    ),
+]
 XSS = "<img src=x onerror=alert(1)>"
 SMALL = {"name": "matmul", "params": {"M": 32, "N": 32, "K": 32}}
 TRIALS = 6
@@ -138,8 +142,6 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
-    if not Path(CHROMIUM).exists():
-        pytest.skip(f"no Chromium at {CHROMIUM}: apt-get install -y chromium")
     with sync_playwright() as playwright:
         launched = playwright.chromium.launch(executable_path=CHROMIUM)
         yield launched

@@ -229,15 +229,17 @@ class JobStore:
     def measurements(
         self, job_id: int, *, limit: int, offset: int
     ) -> tuple[list[JobMeasurement], int]:
-        """A page of the job's measurements in the order they were stored, and how many it has.
+        """A page of the job's measurements in the order they were stored, and how many it has;
+        measurements imported from another log are not the job's (as in its progress).
 
         Raises NotFound if there is no such job.
         """
         is_trial = Candidate.trace_json != BASELINE_TRACE
+        measured_here = (Candidate.job_id == job_id) & Measurement.imported_at.is_(None)
         of_job = (
             select(Measurement.id)
             .join(Candidate, Candidate.id == Measurement.candidate_id)
-            .where(Candidate.job_id == job_id)
+            .where(measured_here)
         )
         with self._sessions.begin() as session:
             _job(session, job_id)
@@ -245,7 +247,7 @@ class JobStore:
             rows = session.execute(
                 select(Candidate, Measurement)
                 .join(Measurement, Measurement.candidate_id == Candidate.id)
-                .where(Candidate.job_id == job_id)
+                .where(measured_here)
                 .order_by(Measurement.id)
                 .limit(limit)
                 .offset(offset)

@@ -12,6 +12,7 @@ export function speedup(baseline, best) {
 }
 
 export function duration(secs) {
+  if (secs > 0 && secs < 1) return `${Math.round(secs * 1000)} ms`;
   if (secs < 10) return `${Math.max(0, Number(secs.toFixed(1)))} s`;
   if (secs < 60) return `${Math.round(secs)} s`;
   if (secs < 3600) return `${Math.round(secs / 60)} min`;

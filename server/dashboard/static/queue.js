@@ -99,7 +99,14 @@ function scoreCharts(models) {
         series,
         empty: "No scored version yet",
       }),
-      h("figcaption", {}, `${family}: the shared model's leave-workload-out scores`),
+      h(
+        "figcaption",
+        { class: "legend" },
+        `${family}, the shared model held out workload by workload:`,
+        h("span", { class: "key score-pairwise" }, "pairwise rank accuracy"),
+        h("span", { class: "key score-top1" }, "top-1"),
+        h("span", { class: "key score-top5" }, "top-5"),
+      ),
     );
   });
 }

@@ -34,7 +34,7 @@ import os
 import statistics
 import tempfile
 import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -874,7 +874,7 @@ def _ensure_candidates(
     log: TuningLog,
     session: Session,
     lines: list[MeasurementLine],
-    subject: Any,
+    subject: Callable[[MeasurementLine], tuple[int, int]],
 ) -> dict[tuple[int, int, str], int]:
     """The candidate of every measurement, by workload id, target id and program hash; the
     ones the log lacks are stored as measured, of no job."""

@@ -14,7 +14,6 @@ from typing import Any
 from autosched.admission import admit_program, program_json
 from autosched.errors import Conflict, NotFound, UserError
 from autosched.export import best_schedule as nearest_best
-from autosched.export import replay
 from autosched.log import TuningLog
 from autosched.log.leases import LeaseQueue
 from autosched.protocol import BestPublic, RecordPublic, TargetPublic, WorkloadIn, WorkloadPublic
@@ -118,15 +117,22 @@ def tuned_target(
 
 
 def best_schedule(log: TuningLog, workload: WorkloadInfo, target: TargetInfo) -> BestPublic:
-    """The best verified schedule of ``workload`` on ``target``, replayed; NotFound if none yet."""
-    record = log.best(workload.id, target.id)
-    if record is None:
+    """The best verified schedule of ``workload`` on ``target``, replayed; NotFound if none yet.
+
+    A best record whose trace no longer replays on this TVM (one imported from another version)
+    is passed over for the fastest verified record that does.
+    """
+    if log.best(workload.id, target.id) is None:
         raise NotFound(f"no verified schedule of {workload.name} for target {target.key} yet")
-    best = replay(resolve_workload(workload.ref), target.target_json, record)
+    resolved = resolve_workload(workload.ref)
+    try:
+        best = nearest_best(log, resolved, target.target_json)
+    except UserError as error:
+        raise NotFound(str(error)) from None
     return BestPublic(
         workload=WorkloadPublic.of(workload),
         target=TargetPublic.of(target),
-        record=RecordPublic.of(record),
+        record=RecordPublic.of(best.record),
         tvmscript=best.schedule.mod["main"].script(),
     )
 

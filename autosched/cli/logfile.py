@@ -54,8 +54,11 @@ def export_file(
     db: DbOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Write the tuning log (or part of it) to one portable, compressed file: workloads, targets,
-    devices, every measurement with its provenance, and the best records."""
+    """Write the tuning log, or part of it, to one portable file.
+
+    Workloads, targets, devices, every measurement with its provenance, and the best records, as
+    gzip-compressed JSON lines.
+    """
     from autosched.log.portable import Selection, export_log, parse_since
 
     selection = Selection(
@@ -98,8 +101,11 @@ def import_file(
     db: DbOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Merge a portable log file into the tuning log, in one transaction: what is there already
-    is kept and counted; importing a file twice changes nothing."""
+    """Merge a portable log file into the tuning log.
+
+    One transaction: what is there already is kept and counted; importing a file twice changes
+    nothing.
+    """
     from autosched.log.portable import import_log
 
     log = open_log(db, must_exist=False)

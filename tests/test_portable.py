@@ -322,3 +322,21 @@ def test_new_measurements_record_their_provenance(log: TuningLog) -> None:
         rows = session.execute(select(Measurement.provenance, Measurement.tvm_version)).all()
     assert {row.tvm_version for row in rows} == {tvm.__version__}
     assert all(row.provenance["job"] == job and row.provenance["llvm"] == "17" for row in rows)
+
+
+def test_a_workload_keyed_otherwise_by_another_tvm_is_stored_under_this_ones_key(
+    log: TuningLog, exported: Path, tmp_path: Path
+) -> None:
+    key = get_workload("matmul", SHAPE).key
+    other_key = "f" * 32
+    with gzip.open(exported, "rt") as lines:
+        text = lines.read().replace(key, other_key)
+    rekeyed = tmp_path / "rekeyed.jsonl.gz"
+    with gzip.open(rekeyed, "wt") as out:
+        out.write(text)
+    summary = import_log(log, rekeyed)
+    assert summary.rekeyed == 1 and summary.measurements == Tally(5, 0)
+    assert log.find_workload(other_key) is None
+    stored = log.find_workload(key)
+    assert stored is not None and stored.source is None  # still the built-in workload
+    assert log.count_records(stored.id, log.tuned_records(stored.id)[0].target.id) == 5

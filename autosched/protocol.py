@@ -246,6 +246,8 @@ class RecordPublic(BaseModel):
     error_msg: str | None
     verified: bool
     measured_at: datetime | None
+    tvm_version: str | None = Field(None, description="The TVM version it was measured with.")
+    imported: bool = Field(False, description="Whether it came from another log's file.")
 
     @classmethod
     def of(cls, view: RecordView) -> RecordPublic:
@@ -260,6 +262,8 @@ class RecordPublic(BaseModel):
             error_msg=view.error_msg,
             verified=view.verified,
             measured_at=view.measured_at,
+            tvm_version=view.tvm_version,
+            imported=view.imported,
         )
 
     def to_view(self) -> RecordView:
@@ -274,6 +278,8 @@ class RecordPublic(BaseModel):
             verified=self.verified,
             job_id=self.job_id,
             measured_at=self.measured_at,
+            tvm_version=self.tvm_version,
+            imported=self.imported,
         )
 
 

@@ -67,7 +67,11 @@ class CandidateResult:
 
 @dataclass(frozen=True)
 class RecordView:
-    """A measured candidate read back from the log."""
+    """A measured candidate read back from the log.
+
+    ``tvm_version`` is the TVM version it was measured with (None: not recorded); ``imported``
+    whether the measurement came from another log (``autosched log import``).
+    """
 
     candidate_id: int
     trace_json: str
@@ -79,6 +83,8 @@ class RecordView:
     verified: bool
     job_id: int | None
     measured_at: datetime | None
+    tvm_version: str | None = None
+    imported: bool = False
 
     @property
     def result(self) -> MeasureResult:

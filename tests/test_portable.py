@@ -291,8 +291,11 @@ def test_measurements_of_another_tvm_version_are_kept_and_counted(
     other = rewrite(exported, tmp_path / "old.jsonl.gz", older)
     summary = import_log(log, other)
     assert summary.other_tvm == 5 and summary.measurements == Tally(5, 0)
-    with log.sessions.begin() as session:
-        assert set(session.scalars(select(Measurement.tvm_version))) == {"0.20.0"}
+    workload = log.find_workload(get_workload("matmul", SHAPE).key)
+    assert workload is not None
+    (tuned,) = log.tuned_records(workload.id)
+    records = log.records(workload.id, tuned.target.id)
+    assert {(record.tvm_version, record.imported) for record in records} == {("0.20.0", True)}
 
 
 def test_log_export_and_import_commands(cli: Cli, tmp_path: Path) -> None:

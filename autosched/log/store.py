@@ -639,4 +639,6 @@ def record_view(candidate: Candidate, measurement: Measurement) -> RecordView:
         verified=measurement.verified,
         job_id=candidate.job_id,
         measured_at=measurement.finished_at,
+        tvm_version=measurement.tvm_version,
+        imported=measurement.imported_at is not None,
     )

@@ -16,11 +16,13 @@ from autosched.costmodel.base import CostModel
 from autosched.costmodel.shared import starting_model
 from autosched.errors import Cancelled
 from autosched.fallback import seed_records
+from autosched.finalists import Entrant, Finalist, rank_finalists
 from autosched.log import TuningLog
 from autosched.log.costmodels import ModelInfo
+from autosched.log.finalists import FinalistStore
 from autosched.log.jobs import JobStore
 from autosched.log.subjects import ensure_subject
-from autosched.measure import CorrectnessGate, Measurer
+from autosched.measure import CorrectnessGate, Measurer, Retimer
 from autosched.records import CandidateResult, JobStatus, RecordView
 from autosched.replay import check_not_source
 from autosched.search.base import Proposal
@@ -32,14 +34,18 @@ from autosched.workload import Workload
 
 @dataclass(frozen=True)
 class TuneOptions:
-    """How to tune: the budget, the batch, the seed, the strategy, and whether the search starts
-    from the target family's shared cost model (``warm``) or from a fresh one."""
+    """How to tune: the budget, the batch, the seed, the strategy, whether the search starts
+    from the target family's shared cost model (``warm``) or from a fresh one, and how many of
+    the fastest candidates are timed again at the end (``finalists``; 0: none), in how many
+    ``rounds``."""
 
     trials: int = 64
     batch_size: int = 64
     seed: int | None = None
     strategy: str = DEFAULT_STRATEGY
     warm: bool = True
+    finalists: int = 8
+    rounds: int = 10
 
 
 @dataclass(frozen=True)
@@ -69,6 +75,7 @@ class TuneReport:
     wall_secs: float
     cost_model: ModelInfo | None = None
     stop_reason: str | None = None  # why it measured fewer than its trials
+    finalists: tuple[Finalist, ...] = ()  # re-timed at the end, the winner first
     # where a target the log never measured took its first candidates from (nearest hardware)
     seeded_from: str | None = None
 
@@ -101,6 +108,7 @@ class TuneReport:
             "speedup": self.speedup,
             "wall_secs": self.wall_secs,
             "stop_reason": self.stop_reason,
+            "finalists": [finalist.as_json() for finalist in self.finalists],
             "seeded_from": self.seeded_from,
             "cost_model": None
             if self.cost_model is None
@@ -207,6 +215,9 @@ def tune(
                 on_progress(
                     Progress(progress.trials_done, options.trials, progress.failed, gate.best)
                 )
+        finalists = _retime_finalists(
+            log, measurer, workload, (workload_id, target_id), job_id, device_id, options
+        )
     except (Cancelled, KeyboardInterrupt):
         jobs.end_job(job_id, JobStatus.INTERRUPTED)
         raise
@@ -221,12 +232,13 @@ def tune(
         job_id=job_id,
         trials=progress.trials_done,
         failed=progress.failed,
-        best_latency_secs=gate.best,
+        best_latency_secs=finalists[0].first_median_secs if finalists else gate.best,
         baseline_latency_secs=session.baseline_latency,
         flops=workload.flops,
         wall_secs=time.perf_counter() - started,
         cost_model=started_from,
         stop_reason=session.stop_reason,
+        finalists=tuple(finalists),
         seeded_from=seeded_from,
     )
 
@@ -249,3 +261,43 @@ def _seeds(
     tuned_for = choice.target.target_json
     processor = tuned_for.get("mcpu") or tuned_for.get("arch") or choice.target.key
     return f"{len(seeds)} records of {processor} ({choice.level.value} match)", seeds
+
+
+def _retime_finalists(
+    log: TuningLog,
+    measurer: Measurer,
+    workload: Workload,
+    subject: tuple[int, int],
+    job_id: int,
+    device_id: int,
+    options: TuneOptions,
+) -> list[Finalist]:
+    """Time the ``options.finalists`` fastest correct candidates of the workload and target
+    again, side by side, and make the one with the lowest re-timed median the best record
+    (``autosched.finalists``); none where the measurer cannot re-time (a replay of a log).
+
+    A candidate whose output was never checked is checked first; one that fails is left out.
+    """
+    if options.finalists < 1 or not isinstance(measurer, Retimer):
+        return []
+    timed = sorted(
+        (r for r in log.records(*subject) if r.median_secs is not None and r.error_kind is None),
+        key=lambda record: record.median_secs or 0.0,
+    )
+    entrants: list[Entrant] = []
+    for record in timed:
+        if len(entrants) == options.finalists:
+            break
+        if (
+            record.verified
+            or measurer.verify(workload.ref, record.trace_json, options.seed or 0) is None
+        ):
+            entrants.append(
+                Entrant(record.program_hash, record.trace_json, record.median_secs or 0.0)
+            )
+    if len(entrants) < 2:
+        return []
+    samples = measurer.retime(workload.ref, [e.trace_json for e in entrants], options.rounds)
+    finalists = rank_finalists(entrants, samples)
+    FinalistStore(log).record(job_id, *subject, device_id, finalists)
+    return finalists

@@ -4,14 +4,18 @@ and real re-timing of built candidates side by side."""
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import pytest
 
 from autosched.finalists import Entrant, Interval, median_interval, rank_finalists
+from autosched.log import TuningLog
+from autosched.log.finalists import FinalistStore
 from autosched.measure import LocalMeasurer, MeasureConfig
 from autosched.schedule import BASELINE_TRACE, trace_to_json
 from autosched.search.space import design_space
-from autosched.target import host_target
+from autosched.target import host_target, target_key
+from autosched.tuner import TuneOptions, tune
 from autosched.workloads import get_workload
 
 
@@ -100,3 +104,33 @@ def test_retiming_records_every_round_for_each_candidate_built() -> None:
     assert {f.program_hash for f in ranked} == {"0", "1"}
     assert ranked[0].median_secs <= ranked[1].median_secs
     assert all(f.interval.low <= f.median_secs <= f.interval.high for f in ranked)
+
+
+@pytest.mark.slow  # a search of a few candidates, then their re-timing
+def test_a_tuning_run_chooses_its_best_by_the_re_timed_median_and_logs_every_sample(
+    tmp_path: Path,
+) -> None:
+    workload = get_workload("matmul", {"M": 32, "N": 32, "K": 32})
+    target = host_target()
+    options = TuneOptions(trials=6, batch_size=6, seed=3, finalists=4, rounds=6)
+    measurer = LocalMeasurer(target, MeasureConfig(repeat=2, min_repeat_ms=2))
+    with TuningLog(f"sqlite:///{tmp_path / 'log.db'}") as log:
+        try:
+            report = tune(workload, target, log, measurer, options)
+        finally:
+            measurer.close()
+        finalists = report.finalists
+        assert 2 <= len(finalists) <= 4
+        assert all(len(finalist.samples) == 6 for finalist in finalists)
+        assert [f.median_secs for f in finalists] == sorted(f.median_secs for f in finalists)
+        assert report.best_latency_secs == finalists[0].first_median_secs
+        assert FinalistStore(log).of_job(report.job_id) == list(finalists)
+        workload_info = log.find_workload(workload.key)
+        target_info = log.find_target(target_key(target))
+        assert workload_info is not None and target_info is not None
+        best = log.best(workload_info.id, target_info.id)
+        assert best is not None and best.program_hash == finalists[0].program_hash
+        records = log.records(workload_info.id, target_info.id)
+        single_shot = sorted(r.median_secs for r in records if r.median_secs is not None)
+        # every candidate here computes correctly: the finalists are the fastest single shots
+        assert sorted(f.first_median_secs for f in finalists) == single_shot[: len(finalists)]

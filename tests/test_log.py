@@ -40,6 +40,7 @@ TABLES = {
     "candidates",
     "measurements",
     "best_records",
+    "finalist_timings",
     "workers",
     "leases",
     "api_tokens",

@@ -36,12 +36,15 @@ def test_tune_measures_the_budget_and_resume_adds_new_candidates_only(db_url: st
     log = TuningLog(db_url)
     measurer = FaultyMeasurer(target, FAST, {})
     try:
-        first = tune(workload, target, log, measurer, TuneOptions(trials=8, batch_size=4, seed=1))
+        # single measurements decide here (no finalists), so the best can only improve
+        options = TuneOptions(trials=8, batch_size=4, seed=1, finalists=0)
+        first = tune(workload, target, log, measurer, options)
         ids = _ids(log, workload, target)
         after_first = {r.program_hash for r in log.records(*ids)}
         measured_first = len(measurer.measured)
 
-        second = tune(workload, target, log, measurer, TuneOptions(trials=6, batch_size=4, seed=2))
+        options = TuneOptions(trials=6, batch_size=4, seed=2, finalists=0)
+        second = tune(workload, target, log, measurer, options)
         records = log.records(*ids)
     finally:
         measurer.close()
@@ -103,6 +106,9 @@ def test_an_incorrect_candidate_never_becomes_best(tmp_path) -> None:
     # it was the fastest program of all (it only writes zeros), yet the best is another one
     assert wrong.samples and min(wrong.samples) < report.baseline_latency_secs
     assert best is not None and best.trace_json != wrong.trace_json and best.verified
+    # nor through the final, whose winner is the best record at its re-timed median
+    assert wrong.program_hash not in {finalist.program_hash for finalist in report.finalists}
+    assert best.program_hash == report.finalists[0].program_hash
     assert report.best_latency_secs == best.median_secs
 
 

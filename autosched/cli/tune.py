@@ -165,6 +165,13 @@ def _print_report(report: TuneReport) -> None:
     if report.seeded_from is not None:
         table.add_row("started from", report.seeded_from)
     table.add_row("best median latency", us(report.best_latency_secs))
+    if report.finalists:
+        winner = report.finalists[0]
+        table.add_row(
+            "re-timed",
+            f"{us(winner.median_secs)} (interval {us(winner.interval.low)} - "
+            f"{us(winner.interval.high)}, {len(winner.samples)} samples)",
+        )
     if report.gflops is not None:
         table.add_row("throughput", f"{report.gflops:.1f} GFLOP/s")
     table.add_row("untuned latency", us(report.baseline_latency_secs))

@@ -352,3 +352,30 @@ class CandidateFeatures(Base):
     candidate_id: Mapped[int] = mapped_column(ForeignKey("candidates.id"), primary_key=True)
     extractor: Mapped[str] = mapped_column(String(64), primary_key=True)
     features: Mapped[bytes] = mapped_column(LargeBinary)
+
+
+class FinalistTiming(Base):
+    """A finalist of a job timed again at its end, side by side with the others (see
+    ``autosched.finalists``): every sample, their median with its confidence interval, its rank
+    (1: the winner, which became the best record) and whether its interval overlaps the winner's.
+    """
+
+    __tablename__ = "finalist_timings"
+    __table_args__ = (
+        UniqueConstraint("job_id", "candidate_id"),
+        CheckConstraint("rank >= 1", name="rank"),
+    )
+
+    id: Mapped[IntPk]
+    job_id: Mapped[int] = mapped_column(ForeignKey("tuning_jobs.id"), index=True)
+    candidate_id: Mapped[int] = mapped_column(ForeignKey("candidates.id"))
+    device_id: Mapped[int | None] = mapped_column(ForeignKey("devices.id"))
+    samples: Mapped[list[float]]
+    first_median_secs: Mapped[float]
+    median_secs: Mapped[float]
+    ci_low_secs: Mapped[float]
+    ci_high_secs: Mapped[float]
+    confidence: Mapped[float]
+    rank: Mapped[int]
+    tie: Mapped[bool]
+    created_at: Mapped[CreatedAt]

@@ -6,6 +6,6 @@ Nothing here reads or writes the tuning log; a recorded log replayed as a measur
 
 from autosched.measure.config import MeasureConfig
 from autosched.measure.gate import CorrectnessGate
-from autosched.measure.local import LocalMeasurer, Measurer
+from autosched.measure.local import LocalMeasurer, Measurer, Retimer
 
-__all__ = ["CorrectnessGate", "LocalMeasurer", "MeasureConfig", "Measurer"]
+__all__ = ["CorrectnessGate", "LocalMeasurer", "MeasureConfig", "Measurer", "Retimer"]

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from autosched.errors import Cancelled
 from autosched.measure.child import ChildDied, ChildProcess, ChildTimeout, Request, RequestFailed
@@ -47,6 +47,15 @@ class Measurer(Protocol):
         ...
 
 
+@runtime_checkable
+class Retimer(Protocol):
+    """A Measurer that can also time candidates again side by side (``LocalMeasurer``)."""
+
+    def retime(
+        self, workload: WorkloadRef, traces: Sequence[str], rounds: int
+    ) -> list[list[float]]: ...
+
+
 def _now() -> datetime:
     return datetime.now(UTC)
 
@@ -61,8 +70,9 @@ class LocalMeasurer:
     """A Measurer that uses child processes on this machine.
 
     Built libraries of the latest batch are kept until the next batch so that verifying one of its
-    candidates does not build it again. Once ``cancel`` is set, `measure` raises Cancelled before
-    the next candidate instead of finishing the batch.
+    candidates does not build it again; those of the ``keep`` fastest candidates measured so far
+    are kept for good, so that `retime` times them without building them again. Once ``cancel``
+    is set, `measure` raises Cancelled before the next candidate instead of finishing the batch.
     """
 
     def __init__(
@@ -70,6 +80,7 @@ class LocalMeasurer:
         target: dict,
         config: MeasureConfig | None = None,
         cancel: threading.Event | None = None,
+        keep: int = 8,
     ) -> None:
         self._target = target
         self._config = config or MeasureConfig()
@@ -87,8 +98,12 @@ class LocalMeasurer:
         for child in [*self._all_builders, self._runner]:
             child.start()
         self._workdir = Path(tempfile.mkdtemp(prefix="autosched-measure-"))
+        (self._workdir / "fastest").mkdir()
         self._batch = 0
         self._artifacts: dict[str, str] = {}
+        self._keep = keep
+        self._fastest: dict[str, tuple[float, str]] = {}  # trace: (median, artifact)
+        self._kept_count = 0
         self._start_batch()
 
     @property
@@ -103,14 +118,16 @@ class LocalMeasurer:
                     lambda item: self._build(workload, item[1], str(item[0])), enumerate(traces)
                 )
             )
-        return [
+        results = [
             self._run(workload, trace, outcome) if isinstance(outcome, tuple) else outcome
             for trace, outcome in zip(traces, built, strict=True)
         ]
+        self._keep_fastest(traces, results)
+        return results
 
     def verify(self, workload: WorkloadRef, trace: str, seed: int) -> MeasureResult | None:
         started_at = _now()
-        artifact = self._artifacts.get(trace)
+        artifact = self._artifacts.get(trace) or self._fastest.get(trace, (0.0, None))[1]
         if artifact is None:
             outcome = self._build(workload, trace, "verify")
             if isinstance(outcome, MeasureResult):
@@ -141,23 +158,42 @@ class LocalMeasurer:
             RequestFailed, ChildTimeout, ChildDied: a round of timing failed.
         """
         self._start_batch()
+        artifacts = {trace: kept[1] for trace, kept in self._fastest.items()}
+        missing = [trace for trace in dict.fromkeys(traces) if trace not in artifacts]
         with ThreadPoolExecutor(max_workers=len(self._all_builders)) as pool:
-            built = list(
-                pool.map(
-                    lambda item: self._build(workload, item[1], str(item[0])), enumerate(traces)
-                )
+            built = pool.map(
+                lambda item: self._build(workload, item[1], str(item[0])), enumerate(missing)
             )
-        usable = [t for t, outcome in zip(traces, built, strict=True) if isinstance(outcome, tuple)]
+            for trace, outcome in zip(missing, built, strict=True):
+                if isinstance(outcome, tuple):
+                    artifacts[trace] = self._artifacts[trace]
+        usable = [trace for trace in dict.fromkeys(traces) if trace in artifacts]
         samples: dict[str, list[float]] = {trace: [] for trace in usable}
         timeout = self._config.run_timeout_secs * math.ceil(len(usable) / self._config.repeat)
         for start in range(rounds if usable else 0):
             self._check_cancel()
             order = usable[start % len(usable) :] + usable[: start % len(usable)]
-            paths = tuple(self._artifacts[trace] for trace in order)
+            paths = tuple(artifacts[trace] for trace in order)
             request = RoundRequest(workload, paths, self._target, self._config)
             for trace, sample in zip(order, self._runner.call(request, timeout), strict=True):
                 samples[trace].append(sample)
         return [samples.get(trace, []) for trace in traces]
+
+    def _keep_fastest(self, traces: Sequence[str], results: Sequence[MeasureResult]) -> None:
+        """Keep the libraries of the ``keep`` fastest candidates measured so far, for `retime`."""
+        for trace, result in zip(traces, results, strict=True):
+            median = result.median
+            if median is None or trace in self._fastest or self._keep == 0:
+                continue
+            if len(self._fastest) >= self._keep:
+                slowest = max(self._fastest, key=lambda kept: self._fastest[kept][0])
+                if self._fastest[slowest][0] <= median:
+                    continue
+                Path(self._fastest.pop(slowest)[1]).unlink(missing_ok=True)
+            self._kept_count += 1
+            kept = self._workdir / "fastest" / f"{self._kept_count}.so"
+            shutil.copyfile(self._artifacts[trace], kept)
+            self._fastest[trace] = (median, str(kept))
 
     def close(self) -> None:
         for child in [*self._all_builders, self._runner]:

@@ -1,0 +1,112 @@
+"""The finalists of each job in the tuning log: re-timed samples, intervals and ranks, and the
+winner made the best record of its workload and target."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sqlalchemy import select
+
+from autosched.finalists import Finalist, Interval
+from autosched.log.models import BestRecord, Candidate, FinalistTiming, utcnow
+from autosched.log.store import TuningLog
+
+
+class FinalistStore:
+    """The re-timed finalists of jobs.
+
+    Contract:
+        * ``record`` is one transaction: the finalists of a job and its winner as the best record
+          are stored together or not at all.
+        * Thread safety: as ``TuningLog``; one store may be shared by threads.
+    """
+
+    def __init__(self, log: TuningLog) -> None:
+        self._log = log
+
+    def record(
+        self,
+        job_id: int,
+        workload_id: int,
+        target_id: int,
+        device_id: int | None,
+        finalists: Sequence[Finalist],
+    ) -> None:
+        """Store ``finalists`` (ranked, the winner first) of the job; the winner becomes the best
+        record of the workload and target. The best record keeps the winner's single measurement,
+        so that later candidates are compared with it like with like.
+
+        Raises:
+            ValueError: a finalist's program is not a candidate of this workload and target.
+        """
+        if not finalists:
+            return
+        hashes = [finalist.program_hash for finalist in finalists]
+        with self._log.sessions.begin() as session:
+            found = session.execute(
+                select(Candidate.program_hash, Candidate.id).where(
+                    Candidate.workload_id == workload_id,
+                    Candidate.target_id == target_id,
+                    Candidate.program_hash.in_(hashes),
+                )
+            )
+            ids = {program_hash: candidate_id for program_hash, candidate_id in found}
+            missing = sorted(set(hashes) - set(ids))
+            if missing:
+                raise ValueError(f"finalists that are not candidates: {', '.join(missing)}")
+            session.add_all(
+                FinalistTiming(
+                    job_id=job_id,
+                    candidate_id=ids[finalist.program_hash],
+                    device_id=device_id,
+                    samples=list(finalist.samples),
+                    first_median_secs=finalist.first_median_secs,
+                    median_secs=finalist.median_secs,
+                    ci_low_secs=finalist.interval.low,
+                    ci_high_secs=finalist.interval.high,
+                    confidence=finalist.interval.confidence,
+                    rank=rank,
+                    tie=finalist.tie,
+                )
+                for rank, finalist in enumerate(finalists, start=1)
+            )
+            winner = finalists[0]
+            best = self._log.insert(BestRecord).values(
+                workload_id=workload_id,
+                target_id=target_id,
+                candidate_id=ids[winner.program_hash],
+                median_secs=winner.first_median_secs,
+                updated_at=utcnow(),
+            )
+            session.execute(
+                best.on_conflict_do_update(
+                    index_elements=["workload_id", "target_id"],
+                    set_={
+                        "candidate_id": best.excluded.candidate_id,
+                        "median_secs": best.excluded.median_secs,
+                        "updated_at": best.excluded.updated_at,
+                    },
+                )
+            )
+
+    def of_job(self, job_id: int) -> list[Finalist]:
+        """The finalists of a job, the winner first; empty when it re-timed none."""
+        query = (
+            select(FinalistTiming, Candidate.program_hash, Candidate.trace_json)
+            .join(Candidate, Candidate.id == FinalistTiming.candidate_id)
+            .where(FinalistTiming.job_id == job_id)
+            .order_by(FinalistTiming.rank)
+        )
+        with self._log.sessions.begin() as session:
+            return [
+                Finalist(
+                    program_hash=program_hash,
+                    trace_json=trace_json,
+                    first_median_secs=row.first_median_secs,
+                    samples=tuple(row.samples),
+                    median_secs=row.median_secs,
+                    interval=Interval(row.ci_low_secs, row.ci_high_secs, row.confidence),
+                    tie=row.tie,
+                )
+                for row, program_hash, trace_json in session.execute(query)
+            ]

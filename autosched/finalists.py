@@ -11,10 +11,9 @@ overlaps the winner's is a tie: the measurements cannot tell them apart.
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
-
-import numpy as np
 
 CONFIDENCE = 0.95
 
@@ -109,7 +108,7 @@ def rank_finalists(
         for entrant, taken in zip(entrants, samples, strict=True)
         if taken
     ]
-    timed.sort(key=lambda pair: float(np.median(pair[1])))
+    timed.sort(key=lambda pair: statistics.median(pair[1]))
     if not timed:
         return []
     intervals = [median_interval(taken) for _, taken in timed]
@@ -119,7 +118,7 @@ def rank_finalists(
             trace_json=entrant.trace_json,
             first_median_secs=entrant.first_median_secs,
             samples=taken,
-            median_secs=float(np.median(taken)),
+            median_secs=statistics.median(taken),
             interval=interval,
             tie=interval.overlaps(intervals[0]),
         )

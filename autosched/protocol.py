@@ -23,6 +23,7 @@ from pydantic import (
     model_validator,
 )
 
+from autosched.finalists import Finalist
 from autosched.records import (
     ErrorKind,
     JobProgress,
@@ -150,6 +151,31 @@ class CurvePoint(BaseModel):
     best_latency_secs: float
 
 
+class FinalistPublic(BaseModel):
+    """A finalist of a job, timed again side by side with the others at its end; ``tie`` when its
+    interval overlaps the winner's (the first finalist)."""
+
+    program_hash: str
+    first_median_secs: float = Field(description="Its median when the search measured it.")
+    median_secs: float = Field(description="The median of its re-timed samples.")
+    interval_secs: tuple[float, float] = Field(description="The confidence interval of that.")
+    confidence: float
+    samples: list[float]
+    tie: bool
+
+    @classmethod
+    def of(cls, finalist: Finalist) -> FinalistPublic:
+        return cls(
+            program_hash=finalist.program_hash,
+            first_median_secs=finalist.first_median_secs,
+            median_secs=finalist.median_secs,
+            interval_secs=(finalist.interval.low, finalist.interval.high),
+            confidence=finalist.interval.confidence,
+            samples=list(finalist.samples),
+            tie=finalist.tie,
+        )
+
+
 class JobPublic(BaseModel):
     """A job and its progress; ``best_latency_secs`` is the best of its workload on its target."""
 
@@ -177,9 +203,14 @@ class JobPublic(BaseModel):
     baseline_latency_secs: float | None = Field(
         None, description="The untuned program's latency on the target, once measured."
     )
+    finalists: list[FinalistPublic] = Field(
+        default_factory=list,
+        description="Its fastest candidates timed again at its end, the winner first (one job's "
+        "answer only; a list of jobs leaves them out).",
+    )
 
     @classmethod
-    def of(cls, job: JobProgress) -> JobPublic:
+    def of(cls, job: JobProgress, finalists: Sequence[Finalist] = ()) -> JobPublic:
         return cls(
             id=job.id,
             workload=WorkloadPublic.of(job.workload),
@@ -199,6 +230,7 @@ class JobPublic(BaseModel):
             cost_model_id=job.cost_model_id,
             stop_reason=job.stop_reason,
             baseline_latency_secs=job.baseline_latency_secs,
+            finalists=[FinalistPublic.of(finalist) for finalist in finalists],
         )
 
 
@@ -312,6 +344,12 @@ class TunedTargetPublic(BaseModel):
     best_latency_secs: float | None
     trials: int
     failed: int
+    retimed_latency_secs: float | None = Field(
+        None, description="The best's median when a final last timed it again (null: never)."
+    )
+    retimed_interval_secs: tuple[float, float] | None = Field(
+        None, description="The 95% confidence interval of that median."
+    )
 
 
 class WorkloadSummaryPublic(WorkloadPublic):
@@ -335,6 +373,10 @@ class WorkloadSummaryPublic(WorkloadPublic):
                     best_latency_secs=row.best_latency_secs,
                     trials=row.trials,
                     failed=row.failed,
+                    retimed_latency_secs=row.retimed_secs,
+                    retimed_interval_secs=None
+                    if row.retimed_low_secs is None or row.retimed_high_secs is None
+                    else (row.retimed_low_secs, row.retimed_high_secs),
                 )
                 for row in rows
             ],

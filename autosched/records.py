@@ -98,7 +98,11 @@ class RecordView:
 
 @dataclass(frozen=True)
 class SummaryRow:
-    """One tuned workload x target pair, as `autosched log` lists it."""
+    """One tuned workload x target pair, as `autosched log` lists it.
+
+    ``retimed_secs`` is the best record's median when a job's final last timed it again, with its
+    confidence interval ``retimed_low_secs`` to ``retimed_high_secs`` (None: never re-timed).
+    """
 
     workload_key: str
     workload_name: str
@@ -109,6 +113,9 @@ class SummaryRow:
     trials: int
     failed: int
     flops: float | None = None
+    retimed_secs: float | None = None
+    retimed_low_secs: float | None = None
+    retimed_high_secs: float | None = None
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ import random
 from pathlib import Path
 
 import pytest
+from fastapi.testclient import TestClient
 
 from autosched.finalists import Entrant, Interval, median_interval, rank_finalists
 from autosched.log import TuningLog
@@ -14,6 +15,8 @@ from autosched.log.finalists import FinalistStore
 from autosched.measure import LocalMeasurer, MeasureConfig
 from autosched.schedule import BASELINE_TRACE, trace_to_json
 from autosched.search.space import design_space
+from autosched.server.api.app import create_app
+from autosched.server.settings import Settings
 from autosched.target import host_target, target_key
 from autosched.tuner import TuneOptions, tune
 from autosched.workloads import get_workload
@@ -134,3 +137,18 @@ def test_a_tuning_run_chooses_its_best_by_the_re_timed_median_and_logs_every_sam
         single_shot = sorted(r.median_secs for r in records if r.median_secs is not None)
         # every candidate here computes correctly: the finalists are the fastest single shots
         assert sorted(f.first_median_secs for f in finalists) == single_shot[: len(finalists)]
+        (row,) = log.summary()  # as `autosched log` lists it
+        assert row.retimed_secs == finalists[0].median_secs
+        assert (row.retimed_low_secs, row.retimed_high_secs) == (
+            finalists[0].interval.low,
+            finalists[0].interval.high,
+        )
+    app = create_app(Settings(db_url=f"sqlite:///{tmp_path / 'log.db'}", no_auth=True))
+    with TestClient(app, base_url="http://127.0.0.1") as http:
+        job = http.get(f"/api/v1/jobs/{report.job_id}").json()
+        listed = http.get("/api/v1/workloads").json()["data"][0]["targets"][0]
+    assert [f["program_hash"] for f in job["finalists"]] == [f.program_hash for f in finalists]
+    served = job["finalists"][0]
+    assert served["samples"] == list(finalists[0].samples) and served["tie"] is True
+    assert served["interval_secs"] == [finalists[0].interval.low, finalists[0].interval.high]
+    assert listed["retimed_latency_secs"] == finalists[0].median_secs

@@ -258,14 +258,27 @@ def show_log(db: DbOpt = None, as_json: JsonOpt = False) -> None:
                 else row.flops / row.best_latency_secs / 1e9,
                 "trials": row.trials,
                 "failed": row.failed,
+                "retimed_latency_us": None if row.retimed_secs is None else row.retimed_secs * 1e6,
+                "retimed_interval_us": None
+                if row.retimed_low_secs is None or row.retimed_high_secs is None
+                else [row.retimed_low_secs * 1e6, row.retimed_high_secs * 1e6],
             }
             for row in rows
         ]
         print(json.dumps(document))
         return
-    table = Table("workload", "params", "target", "best", "GFLOP/s", "trials", "failed")
+    table = Table(
+        "workload", "params", "target", "best", "re-timed (95% interval)", "GFLOP/s", "trials",
+        "failed",
+    )  # fmt: skip
     for row in rows:
         best = "-" if row.best_latency_secs is None else f"{row.best_latency_secs * 1e6:.2f} us"
+        retimed = (
+            "-"
+            if row.retimed_secs is None
+            else f"{row.retimed_secs * 1e6:.2f} us ({(row.retimed_low_secs or 0) * 1e6:.2f}"
+            f" - {(row.retimed_high_secs or 0) * 1e6:.2f})"
+        )
         gflops = (
             "-"
             if row.flops is None or not row.best_latency_secs
@@ -274,7 +287,14 @@ def show_log(db: DbOpt = None, as_json: JsonOpt = False) -> None:
         params = " ".join(f"{k}={v}" for k, v in row.workload_params.items())
         target = ", ".join(f"{k}={v}" for k, v in row.target_json.items() if k in ("kind", "mcpu"))
         table.add_row(
-            row.workload_name, params, target, best, gflops, str(row.trials), str(row.failed)
+            row.workload_name,
+            params,
+            target,
+            best,
+            retimed,
+            gflops,
+            str(row.trials),
+            str(row.failed),
         )
     _out.print(table)
 

@@ -36,6 +36,7 @@ from autosched.log.models import (
     Candidate,
     CandidateState,
     Device,
+    FinalistTiming,
     Measurement,
     Target,
     TuningJob,
@@ -501,8 +502,27 @@ class TuningLog:
             .group_by(Candidate.workload_id, Candidate.target_id)
             .subquery()
         )
+        latest_final = (
+            select(func.max(FinalistTiming.id).label("id"))
+            .group_by(FinalistTiming.candidate_id)
+            .subquery()
+        )
+        retimed = (
+            select(FinalistTiming)
+            .join(latest_final, latest_final.c.id == FinalistTiming.id)
+            .subquery()
+        )
         query = (
-            select(Workload, Target, BestRecord.median_secs, counts.c.trials, counts.c.failed)
+            select(
+                Workload,
+                Target,
+                BestRecord.median_secs,
+                counts.c.trials,
+                counts.c.failed,
+                retimed.c.median_secs,
+                retimed.c.ci_low_secs,
+                retimed.c.ci_high_secs,
+            )
             .join_from(counts, Workload, Workload.id == counts.c.workload_id)
             .join(Target, Target.id == counts.c.target_id)
             .outerjoin(
@@ -512,6 +532,7 @@ class TuningLog:
                     BestRecord.target_id == counts.c.target_id,
                 ),
             )
+            .outerjoin(retimed, retimed.c.candidate_id == BestRecord.candidate_id)
             .order_by(Workload.key, Target.key)
         )
         with self._sessions.begin() as session:
@@ -526,8 +547,13 @@ class TuningLog:
                     trials=trials,
                     failed=failed,
                     flops=workload.flops,
+                    retimed_secs=median,
+                    retimed_low_secs=low,
+                    retimed_high_secs=high,
                 )
-                for workload, target, best, trials, failed in session.execute(query)
+                for workload, target, best, trials, failed, median, low, high in session.execute(
+                    query
+                )
             ]
 
     def _get_or_insert(

@@ -7,6 +7,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, status
 
+from autosched.log.finalists import FinalistStore
 from autosched.protocol import (
     MAX_ID,
     MAX_PAGE,
@@ -66,9 +67,9 @@ def list_jobs(
 
 
 @router.get("/{job_id}")
-def get_job(job_id: PathId, jobs: JobsDep) -> JobPublic:
-    """A job's status, trials done and failed, best latency and best-so-far curve."""
-    return JobPublic.of(jobs.job(job_id))
+def get_job(job_id: PathId, jobs: JobsDep, log: LogDep) -> JobPublic:
+    """A job's status, trials done and failed, best latency, best-so-far curve and finalists."""
+    return JobPublic.of(jobs.job(job_id), FinalistStore(log).of_job(job_id))
 
 
 @router.get("/{job_id}/measurements")

@@ -1,5 +1,5 @@
 """`python -m autosched` runs the command line."""
 
-from autosched.cli.main import main
+from autosched.cli.main import run
 
-main()
+run()

@@ -21,6 +21,7 @@ from autosched.cli.bench import bench_app
 from autosched.cli.costmodel import model_app
 from autosched.cli.logfile import log_app
 from autosched.errors import ServiceUnavailable, UserError
+from autosched.torch_guard import keep_torch_out
 
 COMMAND_GROUP = "autosched.commands"
 """Entry points of this group are callables that add their commands to the app."""
@@ -51,8 +52,14 @@ def _print_error(message: str) -> None:
     _err.print(f"[red]error:[/red] {line}", highlight=False, soft_wrap=True)
 
 
+def run() -> None:
+    """The `autosched` program: `main`, in a process that loads PyTorch only if it uses it."""
+    keep_torch_out()
+    main()
+
+
 def main() -> None:
-    """Entry point: bad input, ours or the argument parser's, is one line and exit code 2."""
+    """The command line: bad input, ours or the argument parser's, is one line and exit code 2."""
     try:
         code = app(standalone_mode=False)
     except typer.Abort:

@@ -7,6 +7,10 @@ FD is the child's end of a socket pair, LIMITS its resource limits as JSON; see
 import sys
 from multiprocessing.connection import Connection
 
-from autosched.measure.child import ResourceLimits, serve
+from autosched.torch_guard import keep_torch_out
+
+keep_torch_out()  # before TVM is imported: a measuring process never uses PyTorch
+
+from autosched.measure.child import ResourceLimits, serve  # noqa: E402
 
 serve(Connection(int(sys.argv[1])), ResourceLimits.from_argv(sys.argv[2]))

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from autosched.costmodel.base import CostModel
 from autosched.costmodel.shared import starting_model
 from autosched.errors import Cancelled
-from autosched.fallback import seed_records
 from autosched.finalists import Entrant, Finalist, rank_finalists
 from autosched.log import TuningLog
 from autosched.log.costmodels import ModelInfo
@@ -23,6 +22,7 @@ from autosched.log.finalists import FinalistStore
 from autosched.log.jobs import JobStore
 from autosched.log.subjects import ensure_subject
 from autosched.measure import CorrectnessGate, Measurer, Retimer
+from autosched.neighbours import NeighbourSeeds, starting_records
 from autosched.records import CandidateResult, JobStatus, RecordView
 from autosched.replay import check_not_source
 from autosched.search.base import Proposal
@@ -129,6 +129,7 @@ def tune(
     on_progress: Callable[[Progress], None] | None = None,
     stop: threading.Event | None = None,
     cost_model: CostModel | None = None,
+    start_from: NeighbourSeeds | None = None,
 ) -> TuneReport:
     """Tune ``workload`` for ``target`` with ``options.trials`` new measurements.
 
@@ -138,6 +139,10 @@ def tune(
     replay simulator's results cannot be recorded into the log it replays (UserError). Once
     ``stop`` is set the run raises Cancelled at the next safe point, before the next batch is
     recorded; the job is then marked interrupted, or failed on any other exception.
+
+    A workload the log never measured on this target starts from records of the nearest hardware
+    or the nearest tuned shapes (``autosched.neighbours.starting_records``), or from
+    ``start_from`` where given (records of another log).
     """
     check_not_source(measurer, log)
     stop = stop or threading.Event()
@@ -163,7 +168,13 @@ def tune(
         cost_model_id=None if started_from is None else started_from.id,
     )
     history = log.records(workload_id, target_id)
-    seeded_from, seeds = _seeds(log, workload, workload_id, target, history)
+    seeded_from: str | None = None
+    seeds: list[RecordView] = []
+    if start_from is not None:
+        seeded_from, seeds = start_from.source, start_from.seeds
+    elif not history:
+        machine = [device_fingerprint(target)]
+        seeded_from, seeds = starting_records(log, workload, workload_id, target, machine)
     best = log.best(workload_id, target_id)
     gate = CorrectnessGate(measurer, ref, best.median_secs if best else None, options.seed or 0)
 
@@ -241,26 +252,6 @@ def tune(
         finalists=tuple(finalists),
         seeded_from=seeded_from,
     )
-
-
-def _seeds(
-    log: TuningLog,
-    workload: Workload,
-    workload_id: int,
-    target: dict,
-    history: Sequence[RecordView],
-) -> tuple[str | None, list[RecordView]]:
-    """For a target the log never measured the workload on: the nearest hardware's records to
-    start from (``autosched.fallback.seed_records``; this machine's match at the device level),
-    and where they come from in words."""
-    if history:
-        return None, []
-    choice, seeds = seed_records(log, workload, workload_id, target, [device_fingerprint(target)])
-    if choice is None or not seeds:
-        return None, []
-    tuned_for = choice.target.target_json
-    processor = tuned_for.get("mcpu") or tuned_for.get("arch") or choice.target.key
-    return f"{len(seeds)} records of {processor} ({choice.level.value} match)", seeds
 
 
 def _retime_finalists(

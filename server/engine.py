@@ -17,10 +17,10 @@ from autosched.background import BackgroundLoop
 from autosched.costmodel.base import CostModel
 from autosched.costmodel.shared import starting_model
 from autosched.errors import ServiceUnavailable
-from autosched.fallback import seed_records
 from autosched.log import TuningLog
 from autosched.log.costmodels import CostModelStore
 from autosched.log.jobs import JobStore
+from autosched.neighbours import starting_records
 from autosched.records import JobProgress, JobStatus
 from autosched.search.base import Proposal
 from autosched.search.registry import SearchJob
@@ -52,12 +52,12 @@ class JobDriver:
         self._batch = job.batch_size
         workload = resolve_workload(job.workload.ref)
         history = log.records(job.workload.id, job.target.id)
-        # A target the log never measured the workload on starts from the nearest hardware's
-        # records; the machines of its workers match at the device level.
-        _match, seeds = (
+        # A workload the log never measured on the target starts from the nearest hardware's
+        # records (its workers' machines match at the device level) or the nearest shapes'.
+        _source, seeds = (
             (None, [])
             if history
-            else seed_records(
+            else starting_records(
                 log, workload, job.workload.id, job.target.target_json, log.machines(job.target.key)
             )
         )

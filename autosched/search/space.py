@@ -84,11 +84,14 @@ class _DecisionProvider:
       each index from the deepest down, since it moves an index it refuses to the next one it
       accepts below.
 
-    Other instructions keep their design-space decision. An error of the chooser is kept in
-    ``error``: TVM reports exceptions of a callback as its own errors.
+    Other instructions keep their design-space decision. Without a chooser (``choose`` None)
+    each decision takes the choice nearest to the one the trace recorded (a tile factor nearest
+    in ratio), so a trace tuned for another shape follows its own decisions where they fit. An
+    error of the chooser is kept in ``error``: TVM reports exceptions of a callback as its own
+    errors.
     """
 
-    def __init__(self, sch: Schedule, prefix: str, choose: Chooser) -> None:
+    def __init__(self, sch: Schedule, prefix: str, choose: Chooser | None) -> None:
         self._sch = sch
         self._prefix = prefix
         self._choose = choose
@@ -103,7 +106,7 @@ class _DecisionProvider:
         try:
             kind = inst.kind.name
             if kind == "SampleCategorical":
-                return self._categorical(name, attrs[1])
+                return self._categorical(name, attrs[1], decision)
             if kind == "SamplePerfectTile":
                 return self._tile(name, inputs[0], decision, int(attrs[0]), int(attrs[1]), 0, 1)
             if kind == "SamplePartitionedTile":
@@ -111,17 +114,25 @@ class _DecisionProvider:
                 return self._tile(name, inputs[0], decision, n, -1, position, factor)
             if kind == "SampleComputeLocation":
                 choices = self._compute_locations(inputs[0])
-                return self._pick(f"{name}.loc[{','.join(map(str, choices))}]", choices)
+                located = f"{name}.loc[{','.join(map(str, choices))}]"
+                return self._pick(located, choices, _recorded(decision))
             return decision
         except Exception as error:
             self.error = error
             raise
 
-    def _pick(self, name: str, choices: Sequence[int]) -> int:
-        return _pick(self._choose, name, choices)
+    def _pick(self, name: str, choices: Sequence[int], recorded: int | None) -> int:
+        if self._choose is not None:
+            return _pick(self._choose, name, choices)
+        if recorded is None:
+            return choices[0]
+        if recorded > 0 and all(choice > 0 for choice in choices):  # tile factors: by ratio
+            return min(choices, key=lambda choice: abs(math.log(choice / recorded)))
+        return min(choices, key=lambda choice: abs(choice - recorded))
 
-    def _categorical(self, name: str, probs: Sequence[Any]) -> int:
-        return self._pick(f"{name}.cat", [i for i, p in enumerate(probs) if float(p) > 0])
+    def _categorical(self, name: str, probs: Sequence[Any], decision: Any) -> int:
+        choices = [i for i, p in enumerate(probs) if float(p) > 0]
+        return self._pick(f"{name}.cat", choices, _recorded(decision))
 
     def _tile(
         self,
@@ -148,7 +159,8 @@ class _DecisionProvider:
             elif k > position:
                 choices = [d for d in choices if (left // d) % (owed // math.gcd(owed, d)) == 0]
             suffix = f".{owed}" if owed > 1 else ""
-            factors[k] = self._pick(f"{name}.f{k}.{left}{suffix}", choices)
+            recorded = _recorded(decision[k]) if decision is not None else None
+            factors[k] = self._pick(f"{name}.f{k}.{left}{suffix}", choices, recorded)
             left //= factors[k]
             owed //= math.gcd(owed, factors[k])
         factors[0] = left
@@ -169,11 +181,17 @@ class _DecisionProvider:
         return found[::-1]
 
 
+def _recorded(decision: Any) -> int | None:
+    """A decision the trace recorded, as an int (None where it recorded none)."""
+    return None if decision is None else int(decision)
+
+
 def replay_with_choices(
-    trace: Trace, mod: IRModule, choose: Chooser, prefix: str
+    trace: Trace, mod: IRModule, choose: Chooser | None, prefix: str
 ) -> Schedule | None:
     """Replay ``trace``, without its postprocessing, onto a fresh schedule of ``mod``, each sampling
-    decision chosen by ``choose`` (names begin with ``prefix``); None if TVM refuses the result.
+    decision chosen by ``choose`` (names begin with ``prefix``), or without one the valid choice
+    nearest to the decision the trace recorded; None if TVM refuses the result.
 
     Errors of ``choose`` propagate. Every decision comes from ``choose``; the schedule's fixed seed
     keeps anything else sampled reproducible.
@@ -210,6 +228,16 @@ class DesignSpace:
         sch = replay_with_choices(self.schedules[space].trace, self.mod, choose, f"s{space}")
         if sch is None:
             return None
+        return self._finish(sch)
+
+    def follow(self, trace: Trace) -> Schedule | None:
+        """``trace``, tuned for another shape of this operator, replayed onto this workload with
+        each decision the valid choice nearest to its own, then finished by the postprocessors;
+        None when its instructions do not apply here or a postprocessor refuses the result."""
+        sch = replay_with_choices(trace, self.mod, None, "follow")
+        return None if sch is None else self._finish(sch)
+
+    def _finish(self, sch: Schedule) -> Schedule | None:
         sch.enter_postproc()
         if not all(postproc.apply(sch) for postproc in self.postprocs):
             return None

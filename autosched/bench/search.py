@@ -6,6 +6,8 @@ measurements):
 * ``cold``: evolutionary search from a fresh cost model;
 * ``warm``: evolutionary search from a shared cost model trained on the source log's other
   workloads (never on the workload being searched);
+* ``neighbours``: as ``warm``, and first measuring the fastest schedules of the nearest shapes of
+  the same operator in the source log, replayed onto this shape (``autosched.neighbours``);
 * ``tpe``: Optuna's TPE over the design space's decisions;
 * ``random``: random decisions, the baseline.
 
@@ -23,6 +25,7 @@ import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -37,8 +40,10 @@ from autosched.errors import UserError
 from autosched.log import TuningLog
 from autosched.log.costmodels import CostModelStore
 from autosched.measure import LocalMeasurer, Measurer
+from autosched.neighbours import NeighbourSeeds, neighbour_seeds
 from autosched.replay import ReplayMeasurer
 from autosched.search.registry import DEFAULT_STRATEGY, STRATEGY_NAMES
+from autosched.search.space import design_space
 from autosched.target import target_family
 from autosched.tuner import Progress, TuneOptions, tune
 from autosched.workload import Workload
@@ -48,6 +53,7 @@ from autosched.workload import Workload
 _STRATEGY = {
     "cold": DEFAULT_STRATEGY,
     "warm": DEFAULT_STRATEGY,
+    "neighbours": DEFAULT_STRATEGY,
     **{name: name for name in STRATEGY_NAMES if name != DEFAULT_STRATEGY},
 }
 ARMS = tuple(_STRATEGY)
@@ -153,25 +159,33 @@ def bench_search(
     unknown = sorted(set(arms) - set(ARMS))
     if unknown:
         raise UserError(f"unknown arm {unknown[0]!r}; choose among {', '.join(ARMS)}")
-    if source is None and ("warm" in arms or replay):
-        raise UserError("the warm arm and --replay need a source log (--db) to learn from")
+    if source is None and ("warm" in arms or "neighbours" in arms or replay):
+        raise UserError(
+            "the warm and neighbours arms and --replay need a source log (--db) to learn from"
+        )
     family = target_family(target)
     results = []
     for workload in workloads:
         runs: list[Run] = []
         note = None
         warm_model = None
-        if "warm" in arms:
+        if "warm" in arms or "neighbours" in arms:
             assert source is not None
             warm_model = _model_without(source, family, workload)
             if warm_model is None:
-                note = "no other workload in the source log: the warm arm was skipped"
+                note = "no other workload in the source log: the warm arms were skipped"
+        starts = None
+        if "neighbours" in arms and warm_model is not None:
+            assert source is not None
+            starts = neighbour_seeds(
+                source, workload, target, partial(design_space, workload, target, seed=0)
+            )
         predictor = None
         if replay:
             assert source is not None
             predictor = LatencyPredictor(_model_without(source, family, None), source, target)
         for arm in arms:
-            if arm == "warm" and warm_model is None:
+            if arm in ("warm", "neighbours") and warm_model is None:
                 continue
             for seed in range(seeds):
                 measurer: Measurer = (
@@ -181,7 +195,15 @@ def bench_search(
                 )
                 try:
                     run = _run(
-                        workload, target, arm, seed, trials, batch_size, measurer, warm_model
+                        workload,
+                        target,
+                        arm,
+                        seed,
+                        trials,
+                        batch_size,
+                        measurer,
+                        warm_model,
+                        starts if arm == "neighbours" else None,
                     )
                 finally:
                     measurer.close()
@@ -217,6 +239,7 @@ def _run(
     batch_size: int,
     measurer: Measurer,
     warm_model: XGBCostModel | None,
+    starts: NeighbourSeeds | None,
 ) -> Run:
     curve: list[Point] = []
     with (
@@ -224,7 +247,7 @@ def _run(
         TuningLog(f"sqlite:///{Path(work) / 'run.db'}") as log,
     ):
         cost_model = None
-        if arm == "warm" and warm_model is not None:
+        if arm in ("warm", "neighbours") and warm_model is not None:
             cost_model = XGBCostModel.pretrained(
                 warm_model.booster_bytes(), warm_model.objective, seed=seed
             )
@@ -233,7 +256,8 @@ def _run(
             batch_size=batch_size,
             seed=seed,
             strategy=_STRATEGY[arm],
-            warm=arm == "warm",
+            warm=arm in ("warm", "neighbours"),
+            finalists=0,  # the curves compare single measurements, as the search saw them
         )
         started = time.perf_counter()
 
@@ -246,7 +270,16 @@ def _run(
                 )
             )
 
-        report = tune(workload, target, log, measurer, options, on_progress, cost_model=cost_model)
+        report = tune(
+            workload,
+            target,
+            log,
+            measurer,
+            options,
+            on_progress,
+            cost_model=cost_model,
+            start_from=starts if starts is not None else NeighbourSeeds([], None),
+        )
     simulated = asdict(measurer.counts) if isinstance(measurer, ReplayMeasurer) else None
     return Run(arm, seed, curve, report.wall_secs, simulated)
 

@@ -128,12 +128,12 @@ def search(
     seeds: Annotated[int, typer.Option(min=1, max=100, help="Runs per arm, seeds 0..K-1.")] = 3,
     batch: Annotated[int, typer.Option(min=1, max=4096, help="Candidates per batch.")] = 32,
     arms: Annotated[
-        str, typer.Option(help="Comma-separated arms among cold, warm, tpe, random.")
+        str, typer.Option(help="Comma-separated arms among cold, warm, neighbours, tpe, random.")
     ] = "cold,warm,tpe,random",
     db: Annotated[
         str | None,
         typer.Option(
-            help="Source log: the warm arm learns from its other workloads "
+            help="Source log: the warm and neighbours arms learn from its other workloads "
             "[AUTOSCHED_DB; ./autosched.db]."
         ),
     ] = None,
@@ -149,7 +149,8 @@ def search(
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
     plot: Annotated[Path | None, typer.Option(help="Write a PNG chart here.")] = None,
 ) -> None:
-    """Best latency against trials and seconds for cold, warm, TPE and random search."""
+    """Best latency against trials and seconds for cold, warm, neighbours, TPE and random
+    search."""
     from autosched.bench.search import bench_search, plot_results
     from autosched.cli.options import open_log
     from autosched.target import parse_target
@@ -159,7 +160,8 @@ def search(
     overrides = parse_param_overrides(param or [])
     specs = [get_workload(name, overrides) for name in workloads or ["matmul", "conv2d_nhwc"]]
     target_json = parse_target(target)
-    source = open_log(db, must_exist=True, read_only=True) if "warm" in chosen or replay else None
+    learns = "warm" in chosen or "neighbours" in chosen or replay
+    source = open_log(db, must_exist=True, read_only=True) if learns else None
     try:
         results = bench_search(
             specs,

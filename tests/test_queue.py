@@ -75,6 +75,24 @@ def test_a_job_whose_engine_died_is_taken_over(log: TuningLog) -> None:
     assert jobs.claim_jobs("engine-1", ttl_secs=60) == []
 
 
+def test_a_job_tuned_on_one_machine_is_never_claimed_by_a_service_engine(log: TuningLog) -> None:
+    workload = log.ensure_workload(key="w", name="matmul", params={}, tvmscript="", flops=None)
+    target = log.ensure_target(key="t", kind="llvm", target_json=TARGET)
+    jobs = JobStore(log)
+    local = jobs.start_job(
+        workload_id=workload.id,
+        target_id=target.id,
+        trials=4,
+        batch_size=4,
+        strategy="evolutionary",
+        seed=0,
+    )
+    assert jobs.claim_jobs("engine-1", ttl_secs=0.01) == []
+    time.sleep(0.05)
+    assert jobs.claim_jobs("engine-1", ttl_secs=60) == []
+    assert jobs.job(local).status is JobStatus.RUNNING
+
+
 def test_workers_lease_their_targets_candidates_in_batches(log: TuningLog) -> None:
     jobs, queue = JobStore(log), LeaseQueue(log)
     job = _running_job(jobs)

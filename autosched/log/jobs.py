@@ -36,6 +36,9 @@ from autosched.schedule import BASELINE_TRACE
 from autosched.workload import Workload
 
 _OUTSTANDING = (CandidateState.QUEUED, CandidateState.LEASED)
+# The engine that holds a job `autosched tune` measures in its own process: it never expires, so no
+# service engine on the same log takes the job over.
+LOCAL_ENGINE = "local"
 
 
 @dataclass(frozen=True)
@@ -94,6 +97,9 @@ class JobStore:
     ) -> int:
         """Record a tuning job that starts now, with status RUNNING; returns its id.
 
+        The job is measured by the process that starts it (`autosched tune`): it is held by
+        ``LOCAL_ENGINE`` for good, so no service engine on the same log ever claims it.
+
         Args:
             workload_id: The workload to tune (from ``ensure_workload``).
             target_id: The target to tune for (from ``ensure_target``).
@@ -119,6 +125,7 @@ class JobStore:
             created_at=now,
             started_at=now,
             cost_model_id=cost_model_id,
+            engine_id=LOCAL_ENGINE,
         )
         with self._sessions.begin() as session:
             session.add(job)

@@ -29,8 +29,12 @@ from playwright.sync_api import Browser, ConsoleMessage, Page, expect, sync_play
 from autosched.log import TuningLog
 from autosched.log.costmodels import CostModelStore
 from autosched.log.tokens import Role, TokenStore
+from autosched.measure import LocalMeasurer, MeasureConfig
 from autosched.server.api.app import create_app
 from autosched.server.settings import Settings
+from autosched.target import host_target
+from autosched.tuner import TuneOptions, tune
+from autosched.workloads import get_workload
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 pytestmark = [
@@ -391,3 +395,26 @@ def test_a_killed_workers_row_goes_stale(served: Served, tab: Tab) -> None:
     served.worker.wait()
     expect(row).to_have_class("stale", timeout=15_000)
     tab.shoot("workers-stale")
+
+
+def test_a_jobs_finalists_show_with_their_intervals(served: Served, tab: Tab) -> None:
+    # a job tuned on this machine, into the served log, times its finalists again at the end
+    workload = get_workload("matmul", {"M": 32, "N": 32, "K": 32})
+    target = host_target()
+    measurer = LocalMeasurer(target, MeasureConfig(repeat=2, min_repeat_ms=2))
+    options = TuneOptions(trials=4, batch_size=4, seed=5, finalists=3, rounds=6)
+    with TuningLog(served.db_url) as log:
+        try:
+            report = tune(workload, target, log, measurer, options)
+        finally:
+            measurer.close()
+    served_finalists = served.get(f"/jobs/{report.job_id}")["finalists"]
+    assert len(served_finalists) == len(report.finalists) >= 2
+    tab.open(served.tokens[Role.CLIENT])
+    tab.show(f"#/jobs/{report.job_id}")
+    rows = tab.page.locator("#job .finalists tbody tr")
+    expect(rows).to_have_count(len(served_finalists))
+    winner = served_finalists[0]
+    expect(rows.first).to_contain_text(winner["program_hash"][:12])
+    expect(rows.first).to_contain_text(f"({round(winner['confidence'] * 100)}%)")
+    tab.shoot("finalists")

@@ -1,5 +1,6 @@
 // One job: its best-latency curve against trials and wall time, every measurement as a point
-// (failures by kind), the best schedule's TVMScript, and a button to cancel it.
+// (failures by kind), its finalists timed again with their intervals, the best schedule's
+// TVMScript, and a button to cancel it.
 
 import { all, api } from "./api.js";
 import { chart } from "./chart.js";
@@ -100,6 +101,32 @@ function failures(measurements) {
   );
 }
 
+function finalists(job) {
+  const ranked = job.finalists || [];
+  const rows = table(
+    ["Rank", "Program", "Single shot", "Re-timed median", "Interval", "Samples"],
+    ranked.map((f, index) =>
+      h(
+        "tr",
+        { class: f.tie && index > 0 ? "tie" : "" },
+        h("td", { class: "num" }, index + 1, f.tie && index > 0 ? " (tie)" : ""),
+        h("td", {}, h("code", {}, f.program_hash.slice(0, 12))),
+        h("td", { class: "num" }, fmt.latency(f.first_median_secs)),
+        h("td", { class: "num" }, fmt.latency(f.median_secs)),
+        h(
+          "td",
+          { class: "num" },
+          `${fmt.latency(f.interval_secs[0])} – ${fmt.latency(f.interval_secs[1])}`,
+          ` (${Math.round(f.confidence * 100)}%)`,
+        ),
+        h("td", { class: "num" }, f.samples.length),
+      ),
+    ),
+    "Not timed again: the job's finalists are re-timed when it tunes on one machine.",
+  );
+  return h("div", { class: "finalists" }, rows);
+}
+
 function copyButton(code) {
   const button = h("button", { type: "button", class: "copy" }, "Copy");
   button.addEventListener("click", async () => {
@@ -198,6 +225,8 @@ export function jobView(jobId, rerun) {
       h("h3", {}, "Best latency against trials and against wall time"),
       legend(measurements),
       h("div", { class: "charts" }, charts(job, measurements)),
+      h("h3", {}, "Finalists timed again side by side (a tie overlaps the winner's interval)"),
+      finalists(job),
       h("h3", {}, "Best schedule"),
       schedule(best),
       h("h3", {}, "Failed measurements"),

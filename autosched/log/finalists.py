@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from sqlalchemy import select
 
 from autosched.finalists import Finalist, Interval
-from autosched.log.models import BestRecord, Candidate, FinalistTiming, utcnow
+from autosched.log.models import Candidate, FinalistTiming
 from autosched.log.store import TuningLog
 
 
@@ -71,22 +71,8 @@ class FinalistStore:
                 for rank, finalist in enumerate(finalists, start=1)
             )
             winner = finalists[0]
-            best = self._log.insert(BestRecord).values(
-                workload_id=workload_id,
-                target_id=target_id,
-                candidate_id=ids[winner.program_hash],
-                median_secs=winner.first_median_secs,
-                updated_at=utcnow(),
-            )
-            session.execute(
-                best.on_conflict_do_update(
-                    index_elements=["workload_id", "target_id"],
-                    set_={
-                        "candidate_id": best.excluded.candidate_id,
-                        "median_secs": best.excluded.median_secs,
-                        "updated_at": best.excluded.updated_at,
-                    },
-                )
+            self._log.set_best(
+                session, workload_id, target_id, winner.first_median_secs, ids[winner.program_hash]
             )
 
     def of_job(self, job_id: int) -> list[Finalist]:

@@ -582,6 +582,20 @@ class TuningLog:
     ) -> None:
         """Make the candidate the best record of a workload and target (in ``session``) unless
         the current one is at least as fast."""
+        self.set_best(session, workload_id, target_id, median, candidate_id, only_if_faster=True)
+
+    def set_best(
+        self,
+        session: Session,
+        workload_id: int,
+        target_id: int,
+        median: float,
+        candidate_id: int,
+        *,
+        only_if_faster: bool = False,
+    ) -> None:
+        """Make the candidate the best record of a workload and target (in ``session``); with
+        ``only_if_faster``, only when its median beats the current best's."""
         insert = self._insert(BestRecord).values(
             workload_id=workload_id,
             target_id=target_id,
@@ -597,7 +611,9 @@ class TuningLog:
                     "median_secs": insert.excluded.median_secs,
                     "updated_at": insert.excluded.updated_at,
                 },
-                where=BestRecord.median_secs > insert.excluded.median_secs,
+                where=BestRecord.median_secs > insert.excluded.median_secs
+                if only_if_faster
+                else None,
             )
         )
 

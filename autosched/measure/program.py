@@ -85,20 +85,9 @@ class RunRequest:
 
     def execute(self) -> list[float]:
         dev = _device(self.target, self.config.device_index)
-        module = tvm.runtime.load_module(self.artifact_path)
         args = _to_device(random_inputs(_workload(self.workload), TIMING_SEED), dev)
-        for _ in range(self.config.warmup):
-            module["main"](*args)
-        dev.sync()
-        evaluator = module.time_evaluator(
-            "main",
-            dev,
-            number=self.config.number,
-            repeat=self.config.repeat,
-            min_repeat_ms=self.config.min_repeat_ms,
-            f_preproc="cache_flush_cpu_non_first_arg" if self.config.cache_flush else "",
-        )
-        return [float(sample) for sample in evaluator(*args).results]
+        timed = _warm_timer(self.artifact_path, args, dev, self.config, self.config.repeat)
+        return [float(sample) for sample in timed.results]
 
 
 @dataclass(frozen=True)
@@ -115,22 +104,34 @@ class RoundRequest:
     def execute(self) -> list[float]:
         dev = _device(self.target, self.config.device_index)
         args = _to_device(random_inputs(_workload(self.workload), TIMING_SEED), dev)
-        samples = []
-        for path in self.artifact_paths:
-            module = tvm.runtime.load_module(path)
-            for _ in range(self.config.warmup):
-                module["main"](*args)
-            dev.sync()
-            evaluator = module.time_evaluator(
-                "main",
-                dev,
-                number=self.config.number,
-                repeat=1,
-                min_repeat_ms=self.config.min_repeat_ms,
-                f_preproc="cache_flush_cpu_non_first_arg" if self.config.cache_flush else "",
-            )
-            samples.append(float(evaluator(*args).mean))
-        return samples
+        return [
+            float(_warm_timer(path, args, dev, self.config, repeat=1).mean)
+            for path in self.artifact_paths
+        ]
+
+
+def _warm_timer(
+    artifact_path: str,
+    args: list[tvm.runtime.Tensor],
+    dev: tvm.runtime.Device,
+    config: MeasureConfig,
+    repeat: int,
+) -> tvm.runtime.module.BenchmarkResult:
+    """A built candidate's ``main`` on ``args``: warmed up, then timed ``repeat`` times as the
+    protocol of ``config`` says."""
+    module = tvm.runtime.load_module(artifact_path)
+    for _ in range(config.warmup):
+        module["main"](*args)
+    dev.sync()
+    evaluator = module.time_evaluator(
+        "main",
+        dev,
+        number=config.number,
+        repeat=repeat,
+        min_repeat_ms=config.min_repeat_ms,
+        f_preproc="cache_flush_cpu_non_first_arg" if config.cache_flush else "",
+    )
+    return evaluator(*args)
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,7 @@
 """An allow-list of the Python syntax a TVMScript definition may use before TVM's parser, which
 evaluates its expressions, sees it: for `autosched submit --file`, whose file may come from
-anyone, so that sending it to a server never runs it here.
+anyone, so that sending it to a server never runs it here, and for a Relax model file given to
+`autosched tune`, which may also use ``R.`` (see ``autosched.model.load``).
 
 Allowed: the definition itself (``@T.prim_func`` functions, an ``@I.ir_module`` class of them),
 assignments, loops, ``with``, ``if``, literals, arithmetic and comparisons, names, subscripts,
@@ -24,15 +25,22 @@ _NODES = (
     ast.Compare, ast.IfExp, ast.operator, ast.unaryop, ast.boolop, ast.cmpop,
     ast.Import, ast.ImportFrom, ast.alias,
 )  # fmt: skip
-_ROOTS = {"T", "I"}
+_ROOTS = frozenset({"T", "I"})
 _CALLABLE_NAMES = {"range"}
 _PLAIN_STRING = re.compile(r"[A-Za-z0-9_.:\-/ ]*")
 _IMPORTS = {"tvm", "tvm.script"}
 
 
-def check_script(text: str, name: str) -> None:
+def check_script(
+    text: str,
+    name: str,
+    *,
+    roots: frozenset[str] = _ROOTS,
+    purpose: str = "a program sent to a server",
+) -> None:
     """Refuse TVMScript ``text`` (of the workload ``name``) that uses anything but the syntax
-    this module allows.
+    this module allows; ``roots`` are the names whose attributes it may use and call (a Relax
+    model adds ``R``), ``purpose`` says in the message what the text is.
 
     Raises:
         UserError: the first construct that is not allowed, with its line.
@@ -42,15 +50,13 @@ def check_script(text: str, name: str) -> None:
     except SyntaxError as err:
         raise UserError(f"{name}: line {err.lineno}: {err.msg}") from None
     for node in ast.walk(tree):
-        problem = _problem(node)
+        problem = _problem(node, roots)
         if problem is not None:
             line = getattr(node, "lineno", "?")
-            raise UserError(
-                f"{name}: line {line}: {problem}, which a program sent to a server may not use"
-            )
+            raise UserError(f"{name}: line {line}: {problem}, which {purpose} may not use")
 
 
-def _problem(node: ast.AST) -> str | None:
+def _problem(node: ast.AST, roots: frozenset[str]) -> str | None:
     if not isinstance(node, _NODES):
         return f"a {type(node).__name__}"
     if isinstance(node, ast.Import | ast.ImportFrom):
@@ -59,14 +65,14 @@ def _problem(node: ast.AST) -> str | None:
     if isinstance(node, ast.Attribute):
         if node.attr.startswith("_"):
             return f"the attribute {node.attr}"
-        return None if _root(node) in _ROOTS else "an attribute of something but T or I"
+        return None if _root(node) in roots else f"an attribute of something but {_listed(roots)}"
     if isinstance(node, ast.Call):
         func = node.func
         if isinstance(func, ast.Name) and func.id in _CALLABLE_NAMES:
             return None
-        if isinstance(func, ast.Attribute) and _root(func) in _ROOTS:
+        if isinstance(func, ast.Attribute) and _root(func) in roots:
             return None
-        return "a call of something but T., I. or range"
+        return f"a call of something but range or a function of {_listed(roots)}"
     if isinstance(node, ast.Constant):
         if isinstance(node.value, bytes):
             return "a bytes literal"
@@ -91,3 +97,9 @@ def _root(node: ast.expr) -> str | None:
 def _string_annotation(node: ast.arg | ast.FunctionDef | ast.AnnAssign) -> bool:
     annotation = node.returns if isinstance(node, ast.FunctionDef) else node.annotation
     return isinstance(annotation, ast.Constant) and isinstance(annotation.value, str)
+
+
+def _listed(roots: frozenset[str]) -> str:
+    """``T, I or R``: the allowed roots in words."""
+    names = sorted(roots, key="TIR".find)
+    return ", ".join(names[:-1]) + f" or {names[-1]}" if len(names) > 1 else names[0]

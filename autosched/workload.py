@@ -111,7 +111,7 @@ def workload_from_tvmscript(text: str, *, name: str = "custom") -> Workload:
     Raises:
         UserError: the text does not parse, or does not define exactly one such function.
     """
-    definition = _single_definition(text, name)
+    definition = single_definition(text, name)
     try:
         parsed = tvm.script.from_source(definition)
     except Exception as err:  # the parser raises several error types, all of them the user's
@@ -279,7 +279,7 @@ def _buffer_args(func: tvm.tirx.PrimFunc, name: str) -> list[tuple[tuple[int, ..
     return [(tuple(int(d) for d in info.shape), str(info.dtype)) for info in infos]
 
 
-def _single_definition(text: str, name: str) -> str:
+def single_definition(text: str, name: str) -> str:
     """The source of the one top-level definition in ``text``, at its original line numbers.
 
     The TVMScript parser refuses import statements, which files usually start with; cutting the

@@ -17,6 +17,12 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from autosched.cli.models import (
+    InputOpt,
+    WorkloadOrModelArg,
+    export_model_file,
+    tune_model_file,
+)
 from autosched.cli.options import (
     DbOpt,
     FileOpt,
@@ -27,6 +33,7 @@ from autosched.cli.options import (
     open_log,
 )
 from autosched.errors import Cancelled, UserError
+from autosched.model import is_model_file
 from autosched.search.registry import DEFAULT_STRATEGY, STRATEGY_HELP, check_strategy
 from autosched.signals import stop_on_signals
 
@@ -60,12 +67,19 @@ def _resolve_workload(name: str, params: list[str] | None, file: Path | None) ->
 
 
 def tune(
-    workload: WorkloadArg = "matmul",
+    workload: WorkloadOrModelArg = "matmul",
     param: ParamOpt = None,
     file: FileOpt = None,
     target: TargetOpt = None,
     trials: Annotated[int, typer.Option(min=1, max=100_000, help="New measurements.")] = 64,
-    batch: Annotated[int, typer.Option(min=1, max=4096, help="Candidates per batch.")] = 64,
+    batch: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            max=4096,
+            help="Candidates per batch [64]; of a model, the trials of a task's round [16].",
+        ),
+    ] = None,
     seed: Annotated[int | None, typer.Option(help="Seed for a reproducible search.")] = None,
     strategy: Annotated[str, typer.Option(help=STRATEGY_HELP)] = DEFAULT_STRATEGY,
     cold: Annotated[
@@ -85,11 +99,14 @@ def tune(
     ] = 8,
     db: DbOpt = None,
     as_json: JsonOpt = False,
+    model_input: InputOpt = None,
 ) -> None:
-    """Tune a workload on this machine and record every measurement in the tuning log.
+    """Tune a workload, or a model file (.onnx, .pt2, .py with a Relax module), on this machine
+    and record every measurement in the tuning log.
 
     At the end the fastest candidates are timed again side by side (see --finalists). Afterwards
-    the target family's shared cost model is retrained if the log grew enough.
+    the target family's shared cost model is retrained if the log grew enough. A model's trials
+    are split across its tasks by expected gain; its compiled outputs are checked.
     """
     from autosched.costmodel.shared import retrain_if_grown
     from autosched.measure import LocalMeasurer
@@ -98,6 +115,19 @@ def tune(
     from autosched.tuner import tune as run_tuning
 
     check_strategy(strategy)
+    if is_model_file(workload):
+        from autosched.model.tuning import ModelTuneOptions
+
+        if param or file is not None:
+            raise UserError("-p and --file describe a workload; a model file takes --input")
+        model_options = ModelTuneOptions(
+            trials=trials, batch_size=batch or 16, seed=seed, strategy=strategy, warm=not cold
+        )
+        tune_model_file(Path(workload), model_input or [], target, model_options, db, as_json)
+        return
+    if model_input:
+        raise UserError("--input sets a model file's input shapes; a workload takes -p")
+    batch = batch or 64
     spec = _resolve_workload(workload, param, file)
     target_json = parse_target(target)
     log = open_log(db, must_exist=False)
@@ -300,7 +330,7 @@ def show_log(db: DbOpt = None, as_json: JsonOpt = False) -> None:
 
 
 def export_schedule(
-    workload: WorkloadArg = "matmul",
+    workload: WorkloadOrModelArg = "matmul",
     format_name: Annotated[
         str, typer.Option("--format", help="tvmscript | metaschedule-db | library")
     ] = "tvmscript",
@@ -330,13 +360,24 @@ def export_schedule(
             "--retime", help="With --fallback: measure the nearest records here, keep the fastest."
         ),
     ] = False,
+    model_input: InputOpt = None,
 ) -> None:
     """Export the best schedule of a workload: TVMScript, a MetaSchedule database or a library.
 
     With --server, from a tuning server; --target then names a kind, target JSON or target key.
+    A model file exports compiled with its tasks' best schedules: a library (a Relax VM
+    executable and its JSON sidecar) or a MetaSchedule database.
     """
     from autosched.export import ExportFormat, export
     from autosched.target import parse_target
+
+    if is_model_file(workload):
+        if param or file is not None or server is not None or fallback or retime:
+            raise UserError("a model file exports from the local log with --input only")
+        export_model_file(Path(workload), model_input or [], format_name, output, target, db)
+        return
+    if model_input:
+        raise UserError("--input sets a model file's input shapes; a workload takes -p")
 
     try:
         fmt = ExportFormat(format_name)

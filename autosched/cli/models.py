@@ -1,0 +1,183 @@
+"""`autosched tune MODEL_FILE` and `autosched export MODEL_FILE`: whole models (ONNX, PyTorch
+``.pt2``, Relax TVMScript) tuned on this machine and exported compiled.
+
+`tune` and `export` in ``autosched.cli.tune`` hand a first argument ending in ``.onnx``, ``.pt2``
+or ``.py`` to these. The model is imported and its tasks extracted before the log is opened, so
+bad input writes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from autosched.cli.options import open_log
+from autosched.errors import Cancelled, UserError
+from autosched.signals import stop_on_signals
+
+if TYPE_CHECKING:
+    from autosched.model.tuning import ModelTuneOptions, ModelTuneReport
+
+_out = Console()
+_err = Console(stderr=True)
+
+WorkloadOrModelArg = Annotated[
+    str,
+    typer.Argument(
+        help="A built-in workload (`autosched workloads`), or a model file: .onnx, .pt2 "
+        "(torch.export.save; unpickled, so only your own files), .py (a Relax @I.ir_module)."
+    ),
+]
+InputOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--input",
+        help="A model input's static shape, NAME=1x3x32x32:float32, where the file leaves it open.",
+    ),
+]
+
+
+def tune_model_file(
+    path: Path,
+    inputs: list[str],
+    target: str | None,
+    options: ModelTuneOptions,
+    db: str | None,
+    as_json: bool,
+) -> None:
+    """Tune the model at ``path`` on this machine; print per task and the model's estimates.
+
+    A compiled model whose outputs differ from its framework's is reported and exits with 1.
+    """
+    from autosched.measure import LocalMeasurer
+    from autosched.model.compile import OutputMismatch
+    from autosched.model.load import load_model
+    from autosched.model.tasks import extract_tasks
+    from autosched.model.tuning import tune_model
+    from autosched.target import parse_target
+
+    target_json = parse_target(target)
+    model = load_model(path, inputs)
+    tasks = extract_tasks(model, target_json)
+    log = open_log(db, must_exist=False)
+    stop = threading.Event()
+    measurer = LocalMeasurer(target_json, cancel=stop)
+
+    def on_round(task: str, trials: int, remaining: int) -> None:
+        if not as_json:
+            _err.print(
+                f"tuning {escape(task)}: {trials} trials ({remaining} left)", highlight=False
+            )
+
+    try:
+        with stop_on_signals(stop, "the round in flight is dropped"):
+            report = tune_model(model, tasks, target_json, log, measurer, options, on_round, stop)
+    except Cancelled:
+        _err.print("interrupted: measurements of completed rounds are kept in the log")
+        raise typer.Exit(code=130) from None
+    except OutputMismatch as error:
+        _err.print(f"[red]error:[/red] {escape(str(error))}", highlight=False, soft_wrap=True)
+        raise typer.Exit(code=1) from None
+    finally:
+        measurer.close()
+        log.close()
+    if as_json:
+        print(json.dumps(report.as_json()))
+        return
+    _print_model_report(report)
+
+
+def _print_model_report(report: ModelTuneReport) -> None:
+    def us(secs: float | None) -> str:
+        return "-" if secs is None else f"{secs * 1e6:.2f}"
+
+    table = Table(
+        "task", "weight", "trials", "reused", "best us", "untuned us", "schedule",
+        title=f"{report.model}: tasks",
+    )  # fmt: skip
+    for task in report.tasks:
+        table.add_row(
+            task.name,
+            str(task.weight),
+            str(task.trials),
+            str(task.reused_records) if task.reused_records else "-",
+            us(task.best_secs),
+            us(task.baseline_secs),
+            "tuned" if task.default_schedule is None else f"default: {task.default_schedule}",
+        )
+    _out.print(table)
+    estimated = f"over {len(report.estimated)} of {len(report.tasks)} tasks"
+    _out.print(
+        f"estimated latency (sum of weight x latency, {estimated}): "
+        f"{us(report.tuned_secs)} us tuned, {us(report.untuned_secs)} us untuned; "
+        f"{report.trials} trials, {report.reused_records} records reused; "
+        f"outputs match {report.check.reference} (max abs error {report.check.max_abs_error:.2g}); "
+        f"{report.wall_secs:.1f} s",
+        highlight=False,
+        soft_wrap=True,
+    )
+
+
+def export_model_file(
+    path: Path,
+    inputs: list[str],
+    format_name: str,
+    output: Path,
+    target: str | None,
+    db: str | None,
+) -> None:
+    """Export the model at ``path`` compiled with the log's best schedules of its tasks: a Relax
+    VM library and its JSON sidecar (outputs checked first), or a MetaSchedule database."""
+    from autosched.model.compile import (
+        OutputMismatch,
+        best_schedules,
+        check_outputs,
+        compile_model,
+        export_database,
+        export_library,
+    )
+    from autosched.model.load import load_model
+    from autosched.model.tasks import extract_tasks
+    from autosched.target import parse_target
+
+    if format_name not in ("library", "metaschedule-db"):
+        raise UserError(f"a model exports as library or metaschedule-db, not {format_name!r}")
+    target_json = parse_target(target)
+    model = load_model(path, inputs)
+    tasks = extract_tasks(model, target_json)
+    log = open_log(db, must_exist=True, read_only=True)
+    try:
+        schedules = best_schedules(log, tasks, target_json)
+    finally:
+        log.close()
+    if all(schedule.record is None for schedule in schedules):
+        raise UserError(
+            f"the tuning log has no tuned schedule of any task of {model.name} for this target; "
+            "run `autosched tune` on the model first"
+        )
+    for schedule in schedules:
+        if schedule.reason is not None:
+            _err.print(
+                f"note: {escape(schedule.task.name)} keeps the default schedule: "
+                f"{escape(schedule.reason)}",
+                highlight=False,
+            )
+    if format_name == "metaschedule-db":
+        written = export_database(schedules, target_json, output)
+    else:
+        executable = compile_model(model, schedules, target_json)
+        try:
+            check = check_outputs(model, executable, target_json)
+        except OutputMismatch as error:
+            _err.print(f"[red]error:[/red] {escape(str(error))}", highlight=False, soft_wrap=True)
+            raise typer.Exit(code=1) from None
+        written = export_library(model, executable, schedules, target_json, check, output)
+    for written_path in written:
+        _out.print(f"wrote {escape(str(written_path))}")

@@ -1,0 +1,274 @@
+"""A tuned model compiled: the best schedule of each task in one MetaSchedule database, which
+TVM's ``compile_relax`` applies to the fused model (tasks without a schedule keep the default),
+the Relax VM executable it builds, its outputs checked against the framework's own on random
+inputs, and the files a model exports to (a library with its JSON sidecar, or the database).
+
+Nothing here tunes or writes to the log; schedules are read from it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import tvm
+from tvm import relax
+from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+from tvm.s_tir.meta_schedule.database import Database, JSONDatabase, MemoryDatabase, TuningRecord
+
+from autosched.errors import UserError
+from autosched.log import TuningLog
+from autosched.model.load import InputSpec, Model
+from autosched.model.tasks import ModelTask
+from autosched.records import RecordView
+from autosched.schedule import apply_trace
+from autosched.target import canonical_target, target_key, to_tvm_target
+from autosched.workload import mismatch
+
+CHECK_SEED = 0
+
+
+@dataclass(frozen=True)
+class TaskSchedule:
+    """The schedule a task compiles with: its best record in the log, or none (the default
+    schedule) with the reason."""
+
+    task: ModelTask
+    record: RecordView | None
+    reason: str | None = None
+
+
+@dataclass(frozen=True)
+class OutputCheck:
+    """How the compiled model's outputs compared with the reference's on random inputs."""
+
+    reference: str
+    outputs: int
+    max_abs_error: float
+
+    def as_json(self) -> dict[str, object]:
+        return {
+            "reference": self.reference,
+            "outputs": self.outputs,
+            "max_abs_error": self.max_abs_error,
+        }
+
+
+class OutputMismatch(Exception):
+    """The compiled model computes something else than its framework: the model is not tuned."""
+
+
+def best_schedules(log: TuningLog, tasks: Sequence[ModelTask], target: dict) -> list[TaskSchedule]:
+    """Each task's best verified record on ``target`` in ``log``; a task without one, or whose
+    workload is not admitted, keeps the default schedule."""
+    stored_target = log.find_target(target_key(canonical_target(target)))
+    schedules = []
+    for task in tasks:
+        if task.workload is None:
+            schedules.append(TaskSchedule(task, None, task.problem))
+            continue
+        stored = log.find_workload(task.workload.key)
+        best = (
+            None
+            if stored is None or stored_target is None
+            else log.best(stored.id, stored_target.id)
+        )
+        reason = None if best is not None else "no verified schedule in the log"
+        schedules.append(TaskSchedule(task, best, reason))
+    return schedules
+
+
+def fill_database(database: Database, schedules: Sequence[TaskSchedule], target: dict) -> int:
+    """Commit each scheduled task's best trace to ``database``, keyed by the task's function as
+    TVM extracts it; returns how many were committed."""
+    tvm_target = to_tvm_target(target)
+    committed = 0
+    for schedule in schedules:
+        if schedule.record is None:
+            continue
+        func = next(func for _, func in schedule.task.tvm_mod.functions_items())
+        sch = apply_trace(schedule.task.tvm_mod, schedule.record.trace_json)
+        if not sch.trace.insts:
+            # The untuned program measured fastest. TVM's databases pass over a trace that
+            # schedules nothing, so it is recorded as one that only looks up the root block.
+            sch.get_sblock("root")
+        database.commit_tuning_record(
+            TuningRecord(
+                sch.trace,
+                database.commit_workload(schedule.task.tvm_mod),
+                list(schedule.record.samples),
+                tvm_target,
+                ArgInfo.from_prim_func(func),
+            )
+        )
+        committed += 1
+    return committed
+
+
+def compile_model(
+    model: Model, schedules: Sequence[TaskSchedule], target: dict
+) -> relax.VMExecutable:
+    """The model built for ``target`` with the tasks' schedules applied."""
+    database = MemoryDatabase()
+    fill_database(database, schedules, target)
+    return _build(model, database, target)
+
+
+def compile_untuned(model: Model, target: dict) -> relax.VMExecutable:
+    """The model built with TVM's default schedules: the reference of a Relax file."""
+    return _build(model, MemoryDatabase(), target)
+
+
+def _build(model: Model, database: Database, target: dict) -> relax.VMExecutable:
+    from tvm.s_tir.meta_schedule.relax_integration import compile_relax
+
+    try:
+        return compile_relax(database, model.mod, to_tvm_target(target), params=None)
+    except Exception as error:  # TVM's build errors come in its own types
+        line = " ".join(str(error).split())[:300]
+        raise UserError(f"{model.path}: TVM cannot build the model: {line}") from None
+
+
+def run_model(executable: tvm.runtime.Module, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """Run ``main`` of a built model (an executable or a loaded library) on the CPU."""
+    device = tvm.cpu()
+    vm = relax.VirtualMachine(executable, device)
+    result = vm["main"](*(tvm.runtime.tensor(array, device) for array in inputs))
+    return [np.asarray(out.numpy()) for out in _flatten(result)]
+
+
+def _flatten(value: object) -> list[tvm.runtime.Tensor]:
+    if isinstance(value, tvm.runtime.Tensor):
+        return [value]
+    return [tensor for item in value for tensor in _flatten(item)]  # type: ignore[attr-defined]
+
+
+def random_model_inputs(inputs: Sequence[InputSpec], seed: int = CHECK_SEED) -> list[np.ndarray]:
+    """Uniform floats in [-1, 1), small integers (within [0, 4]: indices and sizes stay valid)."""
+    rng = np.random.default_rng(seed)
+    arrays = []
+    for spec in inputs:
+        dtype = np.dtype(spec.dtype)
+        if dtype.kind == "f":
+            arrays.append(rng.uniform(-1.0, 1.0, spec.shape).astype(dtype))
+        elif dtype.kind in "iu":
+            arrays.append(rng.integers(0, 5, spec.shape).astype(dtype))
+        elif dtype.kind == "b":
+            arrays.append(rng.integers(0, 2, spec.shape).astype(dtype))
+        else:
+            raise UserError(f"cannot make random inputs of dtype {spec.dtype} for {spec.name}")
+    return arrays
+
+
+def check_outputs(model: Model, executable: tvm.runtime.Module, target: dict) -> OutputCheck:
+    """Compare the compiled model's outputs with the reference's on random inputs.
+
+    Raises:
+        OutputMismatch: an output differs beyond its dtype's tolerance, or their numbers differ.
+    """
+    inputs = random_model_inputs(model.inputs)
+    got = run_model(executable, inputs)
+    if model.reference is not None:
+        expected = model.reference(inputs)
+    else:
+        expected = run_model(compile_untuned(model, target), inputs)
+    if len(got) != len(expected):
+        raise OutputMismatch(
+            f"{model.name}: the compiled model returns {len(got)} outputs, "
+            f"{model.reference_name} {len(expected)}"
+        )
+    worst = 0.0
+    for index, (out, ref) in enumerate(zip(got, expected, strict=True)):
+        problem = mismatch(out, np.asarray(ref).astype(out.dtype, copy=False))
+        if problem is not None:
+            problem = problem.replace("the reference", model.reference_name)
+            raise OutputMismatch(f"{model.name}: output {index} of the compiled model {problem}")
+        if out.size:
+            worst = max(worst, float(np.max(np.abs(out.astype(np.float64) - ref))))
+    return OutputCheck(model.reference_name, len(got), worst)
+
+
+def output_specs(model: Model) -> list[dict[str, object]]:
+    """Name, shape and dtype of each output of ``model``'s main."""
+    returned = model.mod["main"].ret_ty
+    leaves = list(returned.fields) if isinstance(returned, relax.TupleType) else [returned]
+    specs: list[dict[str, object]] = []
+    for index, leaf in enumerate(leaves):
+        tensor = isinstance(leaf, relax.TensorType)
+        shape = None
+        if tensor and isinstance(leaf.shape, relax.ShapeExpr):
+            shape = [int(dim) for dim in leaf.shape.values]
+        dtype = str(leaf.dtype) if tensor else None
+        name = model.output_names[index] if index < len(model.output_names) else f"output{index}"
+        specs.append({"name": name, "shape": shape, "dtype": dtype})
+    return specs
+
+
+def export_library(
+    model: Model,
+    executable: relax.VMExecutable,
+    schedules: Sequence[TaskSchedule],
+    target: dict,
+    check: OutputCheck,
+    output: Path,
+) -> list[Path]:
+    """Write the executable as ``output`` (a ``.so`` that ``tvm.runtime.load_module`` loads and
+    ``relax.VirtualMachine`` runs) and its sidecar ``output.json``: inputs, outputs, target,
+    tasks and the output check.
+
+    Raises:
+        UserError: ``output`` does not end in ``.so`` or cannot be written.
+    """
+    if output.suffix != ".so":
+        raise UserError(f"a library export needs an output path ending in .so, not {output}")
+    try:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        executable.export_library(str(output))
+        sidecar = output.with_suffix(".json")
+        document = {
+            "model": model.name,
+            "format": model.format.value,
+            "function": "main",
+            "target": canonical_target(target),
+            "inputs": [spec.as_json() for spec in model.inputs],
+            "outputs": output_specs(model),
+            "tasks": [_task_json(schedule) for schedule in schedules],
+            "check": check.as_json(),
+        }
+        sidecar.write_text(json.dumps(document, indent=2) + "\n")
+    except OSError as error:
+        raise UserError(f"cannot write {output}: {error.strerror or error}") from None
+    return [output, sidecar]
+
+
+def export_database(schedules: Sequence[TaskSchedule], target: dict, output: Path) -> list[Path]:
+    """Write the tasks' best schedules as a MetaSchedule JSON database directory, which
+    ``compile_relax(JSONDatabase(work_dir=output), mod, target, params)`` applies.
+
+    Raises:
+        UserError: ``output`` is a file or cannot be written.
+    """
+    if output.exists() and not output.is_dir():
+        raise UserError(f"{output} is a file; a MetaSchedule database is written as a directory")
+    try:
+        output.mkdir(parents=True, exist_ok=True)
+        fill_database(JSONDatabase(work_dir=str(output)), schedules, target)
+    except OSError as error:
+        raise UserError(f"cannot write {output}: {error.strerror or error}") from None
+    return [output / "database_workload.json", output / "database_tuning_record.json"]
+
+
+def _task_json(schedule: TaskSchedule) -> dict[str, object]:
+    record = schedule.record
+    return {
+        "name": schedule.task.name,
+        "workload_key": schedule.task.key,
+        "weight": schedule.task.weight,
+        "latency_us": None
+        if record is None or record.median_secs is None
+        else record.median_secs * 1e6,
+        "default_schedule": schedule.reason,
+    }

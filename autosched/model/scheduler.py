@@ -1,0 +1,141 @@
+"""The task scheduler of a model: how its trial budget is split across its tasks, round by round.
+
+Each round gives one batch of trials to the task whose next batch is expected to cut the model's
+end-to-end latency (the sum over tasks of weight x best latency) the most, as Ansor's
+gradient-based task scheduler does: a warm-up round gives every task a first batch; afterwards
+a task's gradient is its weight times a mix of its recent slope (how much its best latency fell
+over the last rounds) and an optimistic forward estimate (one more round improves it as much as
+the average round did so far). A task whose best has not improved for a few rounds has
+stalled, and gets rounds again only once every task has (Ansor ends such tasks instead). Pure
+bookkeeping: nothing here measures or touches the log.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+ALPHA = 0.2
+"""The share of the backward (observed) slope in the gradient; the rest is the forward estimate."""
+
+BACKWARD_WINDOW = 3
+"""How many rounds back the observed slope of a task's best latency is taken over."""
+
+STALL_ROUNDS = 3
+"""A task whose best latency did not improve over this many rounds has stalled."""
+
+
+@dataclass
+class TaskCurve:
+    """One task's learning curve: its weight (calls per model run), the trials it was given and
+    its best latency in seconds after each of its rounds (None while nothing ran correctly)."""
+
+    weight: int
+    trials: int = 0
+    best_secs: list[float | None] = field(default_factory=list)
+    finished: bool = False  # its design space is exhausted, or it cannot be searched
+
+    @property
+    def rounds(self) -> int:
+        return len(self.best_secs)
+
+    @property
+    def best(self) -> float | None:
+        return self.best_secs[-1] if self.best_secs else None
+
+
+def gradient(curve: TaskCurve, *, alpha: float = ALPHA, window: int = BACKWARD_WINDOW) -> float:
+    """The expected change of the model's latency per round given to ``curve``'s task (seconds,
+    zero or negative; more negative is a better use of a round).
+
+    Backward: the slope of the best latency over the last ``window`` rounds (zero until there
+    are that many). Forward: the next round improves the best as much as an average round did,
+    ``best / rounds``. A task that has not run correctly yet has nothing to gain that is known.
+    """
+    best = curve.best
+    if best is None or curve.rounds == 0:
+        return 0.0
+    history = [secs for secs in curve.best_secs if secs is not None]
+    backward = 0.0
+    if len(history) > window:
+        backward = (history[-1] - history[-1 - window]) / window
+    forward = -best / curve.rounds
+    return curve.weight * (alpha * backward + (1 - alpha) * forward)
+
+
+def stalled(curve: TaskCurve, *, rounds: int = STALL_ROUNDS) -> bool:
+    """Whether the task's best latency did not improve over its last ``rounds`` rounds."""
+    if curve.rounds <= rounds:
+        return False
+    last, before = curve.best_secs[-1], curve.best_secs[-1 - rounds]
+    return last is None or (before is not None and last >= before)
+
+
+def next_task(
+    curves: Sequence[TaskCurve], *, alpha: float = ALPHA, window: int = BACKWARD_WINDOW
+) -> int | None:
+    """The index of the unfinished task to give the next round: first any task without a round
+    yet (the warm-up), else the one with the most negative `gradient` among those that have not
+    `stalled` (among all unfinished ones once every one has); ties go to the task with the fewest
+    trials, then the first. None when every task is finished.
+    """
+    open_tasks = [index for index, curve in enumerate(curves) if not curve.finished]
+    for index in open_tasks:
+        if curves[index].rounds == 0:
+            return index
+    if not open_tasks:
+        return None
+    improving = [index for index in open_tasks if not stalled(curves[index])]
+    return min(
+        improving or open_tasks,
+        key=lambda i: (gradient(curves[i], alpha=alpha, window=window), curves[i].trials, i),
+    )
+
+
+class TaskScheduler:
+    """Splits ``budget`` trials across tasks of the given ``weights`` in rounds of ``batch``.
+
+    Use: ``while (task := scheduler.next_round()) is not None``: tune task ``task.index`` for
+    ``task.trials`` trials, then `record` what it measured and its best latency. The batch
+    shrinks so that the warm-up round fits the budget.
+    """
+
+    def __init__(self, weights: Sequence[int], budget: int, batch: int) -> None:
+        if budget < 0 or batch < 1:
+            raise ValueError("the budget must be zero or more and the batch at least 1")
+        self.curves = [TaskCurve(weight) for weight in weights]
+        self.remaining = budget
+        self.batch = max(1, min(batch, budget // max(1, len(weights))))
+
+    def next_round(self) -> Round | None:
+        """The next task to tune and its trials; None when the budget is spent."""
+        index = next_task(self.curves) if self.remaining > 0 else None
+        return None if index is None else Round(index, min(self.batch, self.remaining))
+
+    def record(self, index: int, trials: int, best_secs: float | None) -> None:
+        """Task ``index`` measured ``trials`` new trials and its best latency is ``best_secs``.
+
+        A round that measured nothing new still costs one trial of the budget, so the loop
+        always ends.
+        """
+        curve = self.curves[index]
+        curve.trials += trials
+        curve.best_secs.append(best_secs)
+        self.remaining -= max(trials, 1)
+
+    def finish(self, index: int) -> None:
+        """Task ``index`` gets no more rounds: its design space is exhausted, or it failed."""
+        self.curves[index].finished = True
+
+    @property
+    def allocation(self) -> list[int]:
+        """Trials given to each task so far."""
+        return [curve.trials for curve in self.curves]
+
+
+@dataclass(frozen=True)
+class Round:
+    """One round of the scheduler: task ``index`` gets ``trials`` trials."""
+
+    index: int
+    trials: int

@@ -1,0 +1,259 @@
+"""Tuning a whole model on this machine: its tasks tuned round by round as the task scheduler
+splits the budget (``autosched.model.scheduler``), each round one `autosched.tuner.tune` job of
+its workload in the log; tasks the log already tuned enough are reused, not tuned again; then the
+model compiled with every task's best schedule and its outputs checked against the framework's.
+
+A task MetaSchedule cannot schedule (its search fails, or nothing it measured ran correctly)
+keeps TVM's default schedule, and the report names it with the reason.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+
+from autosched.errors import Cancelled
+from autosched.log import TuningLog
+from autosched.log.subjects import ensure_target
+from autosched.measure import Measurer
+from autosched.model.compile import (
+    OutputCheck,
+    TaskSchedule,
+    best_schedules,
+    check_outputs,
+    compile_model,
+)
+from autosched.model.load import Model
+from autosched.model.scheduler import TaskScheduler
+from autosched.model.tasks import ModelTask, weighted_latency
+from autosched.schedule import BASELINE_TRACE
+from autosched.search.registry import DEFAULT_STRATEGY
+from autosched.target import canonical_target
+from autosched.tuner import TuneOptions, tune
+
+
+@dataclass(frozen=True)
+class ModelTuneOptions:
+    """The model's trial budget, split across its tasks in rounds of at most ``batch_size``; the
+    search's seed, strategy and whether it starts from the shared cost model (``warm``)."""
+
+    trials: int = 64
+    batch_size: int = 16
+    seed: int | None = None
+    strategy: str = DEFAULT_STRATEGY
+    warm: bool = True
+
+
+@dataclass(frozen=True)
+class TaskOutcome:
+    """What became of one task: the trials it was given this run, the records of the log it
+    reused instead (0: tuned here), its best and untuned latencies, and why it keeps the default
+    schedule if it does."""
+
+    name: str
+    workload_key: str | None
+    weight: int
+    trials: int
+    reused_records: int
+    best_secs: float | None
+    baseline_secs: float | None
+    default_schedule: str | None
+
+    def as_json(self) -> dict[str, object]:
+        return {
+            "name": self.name,
+            "workload_key": self.workload_key,
+            "weight": self.weight,
+            "trials": self.trials,
+            "reused_records": self.reused_records,
+            "best_latency_us": _us(self.best_secs),
+            "untuned_latency_us": _us(self.baseline_secs),
+            "default_schedule": self.default_schedule,
+        }
+
+
+@dataclass(frozen=True)
+class ModelTuneReport:
+    """What `autosched tune MODEL_FILE` prints: per task, and the model's estimated end-to-end
+    latency (the sum of weight x latency over its tasks) tuned and untuned."""
+
+    model: str
+    target: dict
+    tasks: tuple[TaskOutcome, ...]
+    check: OutputCheck
+    wall_secs: float
+
+    @property
+    def trials(self) -> int:
+        return sum(task.trials for task in self.tasks)
+
+    @property
+    def reused_records(self) -> int:
+        return sum(task.reused_records for task in self.tasks)
+
+    @property
+    def estimated(self) -> list[TaskOutcome]:
+        """The tasks the end-to-end estimates sum over: those whose untuned latency is known."""
+        return [task for task in self.tasks if task.baseline_secs is not None]
+
+    @property
+    def tuned_secs(self) -> float:
+        return weighted_latency(
+            [(t.weight, t.best_secs or t.baseline_secs) for t in self.estimated]
+        )
+
+    @property
+    def untuned_secs(self) -> float:
+        return weighted_latency([(t.weight, t.baseline_secs) for t in self.estimated])
+
+    def as_json(self) -> dict[str, object]:
+        return {
+            "model": self.model,
+            "target": self.target,
+            "trials": self.trials,
+            "reused_records": self.reused_records,
+            "estimated_latency_us": _us(self.tuned_secs),
+            "estimated_untuned_latency_us": _us(self.untuned_secs),
+            "estimated_over_tasks": len(self.estimated),
+            "tasks": [task.as_json() for task in self.tasks],
+            "check": self.check.as_json(),
+            "wall_secs": self.wall_secs,
+        }
+
+
+RoundCallback = Callable[[str, int, int], None]
+"""Called before each round: the task's name, its trials this round, the budget left."""
+
+
+def tune_model(
+    model: Model,
+    tasks: Sequence[ModelTask],
+    target: dict,
+    log: TuningLog,
+    measurer: Measurer,
+    options: ModelTuneOptions,
+    on_round: RoundCallback | None = None,
+    stop: threading.Event | None = None,
+) -> ModelTuneReport:
+    """Tune ``model``'s ``tasks`` for ``target`` with ``options.trials`` new measurements in
+    all, then compile the model with their best schedules and check its outputs.
+
+    A task the log holds a verified best record of, with at least an even share of the budget
+    in records, is reused. Each round is its own job in the log, so an interrupted run keeps
+    every completed round.
+
+    Raises:
+        OutputMismatch: the compiled model's outputs differ from the framework's.
+        Cancelled: ``stop`` was set.
+    """
+    started = time.perf_counter()
+    target = canonical_target(target)
+    stored_target = ensure_target(log, target)
+    share = math.ceil(options.trials / max(1, len(tasks)))
+    reused: dict[int, int] = {}
+    failed: dict[int, str] = {}
+    baselines: dict[int, float | None] = {}
+    tunable: list[int] = []
+    for index, task in enumerate(tasks):
+        if task.workload is None:
+            failed[index] = task.problem or "not admitted"
+            continue
+        stored = log.find_workload(task.workload.key)
+        if stored is not None and log.best(stored.id, stored_target.id) is not None:
+            count = log.count_records(stored.id, stored_target.id)
+            if count >= share:
+                reused[index] = count
+                baselines[index] = _baseline_secs(log, stored.id, stored_target.id)
+                continue
+        tunable.append(index)
+    scheduler = TaskScheduler(
+        [tasks[i].weight for i in tunable], options.trials, options.batch_size
+    )
+    while (planned := scheduler.next_round()) is not None:
+        index = tunable[planned.index]
+        task = tasks[index]
+        if on_round is not None:
+            on_round(task.name, planned.trials, scheduler.remaining)
+        if stop is not None and stop.is_set():
+            raise Cancelled("tuning was stopped")
+        try:
+            report = tune(
+                task.workload,  # type: ignore[arg-type]  # tunable tasks have workloads
+                target,
+                log,
+                measurer,
+                TuneOptions(
+                    trials=planned.trials,
+                    batch_size=planned.trials,
+                    seed=options.seed,
+                    strategy=options.strategy,
+                    warm=options.warm,
+                    finalists=0,
+                ),
+                stop=stop,
+            )
+        except (Cancelled, KeyboardInterrupt):
+            raise
+        except Exception as error:  # MetaSchedule cannot search this task: default schedule
+            failed[index] = f"MetaSchedule cannot schedule it: {_first_line(error)}"
+            scheduler.finish(planned.index)
+            continue
+        baselines[index] = report.baseline_latency_secs
+        scheduler.record(planned.index, report.trials, report.best_latency_secs)
+        if report.stop_reason is not None:
+            scheduler.finish(planned.index)
+    schedules = best_schedules(log, tasks, target)
+    schedules = [
+        replace(schedule, reason=failed.get(i, schedule.reason))
+        if schedule.record is None
+        else schedule
+        for i, schedule in enumerate(schedules)
+    ]
+    executable = compile_model(model, schedules, target)
+    check = check_outputs(model, executable, target)
+    allocation = dict(zip(tunable, scheduler.allocation, strict=True))
+    outcomes = tuple(
+        _outcome(task, schedule, allocation.get(i, 0), reused.get(i, 0), baselines.get(i))
+        for i, (task, schedule) in enumerate(zip(tasks, schedules, strict=True))
+    )
+    return ModelTuneReport(model.name, target, outcomes, check, time.perf_counter() - started)
+
+
+def _outcome(
+    task: ModelTask,
+    schedule: TaskSchedule,
+    trials: int,
+    reused_records: int,
+    baseline_secs: float | None,
+) -> TaskOutcome:
+    record = schedule.record
+    return TaskOutcome(
+        name=task.name,
+        workload_key=task.key,
+        weight=task.weight,
+        trials=trials,
+        reused_records=reused_records,
+        best_secs=None if record is None else record.median_secs,
+        baseline_secs=baseline_secs,
+        default_schedule=schedule.reason,
+    )
+
+
+def _baseline_secs(log: TuningLog, workload_id: int, target_id: int) -> float | None:
+    """The untuned program's latency as the log measured it."""
+    for record in log.records(workload_id, target_id, ok_only=True):
+        if record.trace_json == BASELINE_TRACE:
+            return record.median_secs
+    return None
+
+
+def _first_line(error: BaseException) -> str:
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    return lines[0][:200] if lines else type(error).__name__
+
+
+def _us(secs: float | None) -> float | None:
+    return None if secs is None else secs * 1e6

@@ -1,0 +1,90 @@
+"""Tiny model files for the tests of ``autosched.model``: an MLP as ONNX (16x64, its batch
+dimension named or fixed), a conv-relu-pool block as a PyTorch ExportedProgram (1x3x32x32), and
+a Relax module in TVMScript."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+
+def write_mlp_onnx(
+    path: Path, *, hidden: int = 64, outputs: int = 10, batch: int | str = 16, seed: int = 0
+) -> Path:
+    """``x[batch, 64] -> MatMul+Add (64 x hidden) -> Relu -> MatMul+Add (hidden x outputs)``."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(seed)
+
+    def weight(name: str, *shape: int) -> onnx.TensorProto:
+        return numpy_helper.from_array(rng.uniform(-0.5, 0.5, shape).astype(np.float32), name)
+
+    graph = helper.make_graph(
+        [
+            helper.make_node("MatMul", ["x", "w1"], ["h0"]),
+            helper.make_node("Add", ["h0", "b1"], ["h1"]),
+            helper.make_node("Relu", ["h1"], ["h2"]),
+            helper.make_node("MatMul", ["h2", "w2"], ["h3"]),
+            helper.make_node("Add", ["h3", "b2"], ["y"]),
+        ],
+        "mlp",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, outputs])],
+        [weight("w1", 64, hidden), weight("b1", hidden), weight("w2", hidden, outputs),
+         weight("b2", outputs)],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+    return path
+
+
+def write_onnx_with(path: Path, op_type: str) -> Path:
+    """A one-node ONNX model ``y = OP(x)`` of a 4x4 float tensor."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node(op_type, ["x"], ["y"])],
+        "one",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 4])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+    return path
+
+
+def write_conv_block_pt2(path: Path) -> Path:
+    """Conv2d(3, 8, 3, padding=1) -> ReLU -> MaxPool2d(2) on 1x3x32x32, as torch.export saves it."""
+    import torch
+
+    torch.manual_seed(0)
+    block = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2)
+    ).eval()
+    program = torch.export.export(block, (torch.randn(1, 3, 32, 32),))
+    torch.export.save(program, str(path))
+    return path
+
+
+RELAX_MODEL = """\
+from tvm.script import ir as I
+from tvm.script import relax as R
+
+
+@I.ir_module
+class Module:
+    @R.function
+    def main(
+        x: R.Tensor((16, 64), "float32"), w: R.Tensor((64, 32), "float32")
+    ) -> R.Tensor((16, 32), "float32"):
+        with R.dataflow():
+            h = R.matmul(x, w)
+            y = R.nn.relu(h)
+            R.output(y)
+        return y
+"""

@@ -1,0 +1,158 @@
+"""Model files in: ONNX, PyTorch .pt2 and Relax TVMScript imported with static shapes, split
+into tasks that the admission accepts; and every bad input one line, exit code 2, nothing in the
+log."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from helpers import Cli
+from model_files import RELAX_MODEL, write_mlp_onnx, write_onnx_with
+
+from autosched.errors import UserError
+from autosched.log import TuningLog
+from autosched.model.load import load_model, parse_input_specs
+from autosched.model.tasks import extract_tasks
+from autosched.target import parse_target
+
+ANNOTATED_RELAX_MODEL = """\
+from tvm.script import ir as I
+from tvm.script import relax as R
+from tvm.script import tirx as T
+
+
+@I.ir_module
+class Module:
+    @T.prim_func(s_tir=True)
+    def double(
+        a: T.Buffer((T.int64(8), T.int64(8)), "float32"),
+        b: T.Buffer((T.int64(8), T.int64(8)), "float32"),
+    ):
+        for i, j in T.grid(T.int64(8), T.int64(8)):
+            with T.sblock("double"):
+                vi, vj = T.axis.remap("SS", [i, j])
+                T.sblock_attr({"hint": 1})
+                b[vi, vj] = a[vi, vj] * T.float32(2)
+
+    @R.function
+    def main(x: R.Tensor((8, 8), "float32")) -> R.Tensor((8, 8), "float32"):
+        cls = Module
+        with R.dataflow():
+            y = R.call_tir(cls.double, (x,), out_ty=R.Tensor((8, 8), "float32"))
+            z = R.nn.relu(y)
+            R.output(z)
+        return z
+"""
+
+
+def test_an_mlp_splits_into_admitted_tasks_with_weights(tmp_path: Path) -> None:
+    model = load_model(write_mlp_onnx(tmp_path / "mlp.onnx", batch="batch"), ["x=16x64:float32"])
+    assert [(spec.name, spec.shape, spec.dtype) for spec in model.inputs] == [
+        ("x", (16, 64), "float32")
+    ]
+    tasks = extract_tasks(model, parse_target(None))
+    assert len(tasks) >= 2
+    assert all(task.workload is not None and task.weight == 1 for task in tasks)
+    assert len({task.key for task in tasks}) == len(tasks)
+    assert any("relu" in task.name for task in tasks)
+
+
+def test_the_same_layer_in_two_models_is_the_same_task(tmp_path: Path) -> None:
+    target = parse_target(None)
+    first = extract_tasks(load_model(write_mlp_onnx(tmp_path / "a.onnx", seed=1)), target)
+    second = extract_tasks(
+        load_model(write_mlp_onnx(tmp_path / "b.onnx", outputs=32, seed=2)), target
+    )
+    shared = {task.key for task in first} & {task.key for task in second}
+    assert len(shared) == 1  # the first layer; the second differs in its output width
+
+
+def test_a_relax_module_and_a_task_the_admission_refuses(tmp_path: Path) -> None:
+    path = tmp_path / "annotated.py"
+    path.write_text(ANNOTATED_RELAX_MODEL)
+    model = load_model(path)
+    assert model.reference is None and model.reference_name == "TVM's untuned build"
+    tasks = extract_tasks(model, parse_target(None))
+    refused = [task for task in tasks if task.workload is None]
+    assert len(refused) == 1 and "double" in refused[0].name
+    assert "block annotation 'hint'" in (refused[0].problem or "")
+
+
+def test_input_specs_parse() -> None:
+    specs = parse_input_specs(["x=1x3x32x32:float16", "mask=4"])
+    assert specs["x"].shape == (1, 3, 32, 32) and specs["x"].dtype == "float16"
+    assert specs["mask"].shape == (4,) and specs["mask"].dtype == "float32"
+    with pytest.raises(UserError, match="NAME=DIMxDIM"):
+        parse_input_specs(["x=1x?"])
+    with pytest.raises(UserError, match="gives x twice"):
+        parse_input_specs(["x=1", "x=2"])
+
+
+def _bad_inputs(tmp_path: Path) -> dict[str, tuple[list[str], str]]:
+    junk = tmp_path / "junk.onnx"
+    junk.write_bytes(b"\x00not a model\xff" * 8)
+    junk_pt2 = tmp_path / "junk.pt2"
+    junk_pt2.write_bytes(b"PK\x03\x04 not an archive")
+    dynamic = write_mlp_onnx(tmp_path / "dynamic.onnx", batch="batch")
+    unsupported = write_onnx_with(tmp_path / "unsupported.onnx", "Det")
+    evil = tmp_path / "evil.py"
+    evil.write_text("import os\n" + RELAX_MODEL)
+    prim_only = tmp_path / "prim.py"
+    prim_only.write_text(
+        "from tvm.script import tirx as T\n\n\n@T.prim_func\ndef f(a: T.Buffer((4,), 'float32')):"
+        "\n    T.evaluate(0)\n"
+    )
+    return {
+        "not a model": ([str(junk)], "not a valid ONNX model"),
+        "not an exported program": ([str(junk_pt2)], "not a torch.export program"),
+        "missing file": ([str(tmp_path / "absent.onnx")], "does not exist"),
+        "unsupported operator": ([str(unsupported)], "does not support: Det"),
+        "no static shape": ([str(dynamic)], "input x has no static shape (batchx64)"),
+        "contradicting shape": ([str(dynamic), "--input", "x=16x32"], "but the model's input"),
+        "unknown input": ([str(dynamic), "--input", "x=16x64", "--input", "z=1"], "names z"),
+        "malformed input": ([str(dynamic), "--input", "x:16"], "expected NAME=DIMxDIM"),
+        "code in a relax file": ([str(evil)], "an import of os, which a Relax model file"),
+        "not a relax module": ([str(prim_only)], "whose main is an @R.function"),
+    }
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        "not a model",
+        "not an exported program",
+        "missing file",
+        "unsupported operator",
+        "no static shape",
+        "contradicting shape",
+        "unknown input",
+        "malformed input",
+        "code in a relax file",
+        "not a relax module",
+    ],
+)
+def test_bad_model_input_is_one_line_and_writes_nothing(
+    cli: Cli, tmp_path: Path, case: str
+) -> None:
+    args, expected = _bad_inputs(tmp_path)[case]
+    db = tmp_path / "log.db"
+    result = cli("tune", *args, "--trials", "2", "--db", f"sqlite:///{db}")
+    assert result.code == 2, result.err
+    assert expected in result.err
+    assert len(result.err.strip().splitlines()) == 1, result.err
+    assert not db.exists()
+
+
+def test_export_refuses_an_untuned_model_and_other_formats(cli: Cli, tmp_path: Path) -> None:
+    mlp = write_mlp_onnx(tmp_path / "mlp.onnx")
+    url = f"sqlite:///{tmp_path / 'log.db'}"
+    TuningLog(url).close()
+    result = cli(
+        "export", str(mlp), "--format", "library", "-o", str(tmp_path / "m.so"), "--db", url
+    )
+    assert result.code == 2 and "no tuned schedule of any task of mlp" in result.err
+    result = cli("export", str(mlp), "--format", "tvmscript", "-o", str(tmp_path / "m.py"))
+    assert result.code == 2 and "library or metaschedule-db" in result.err
+    result = cli("tune", "matmul", "--input", "x=1", "--db", url)
+    assert result.code == 2 and "--input sets a model file's input shapes" in result.err

@@ -1,0 +1,94 @@
+"""The task scheduler's split of a model's budget, on synthetic learning curves: every task gets
+a warm-up round, then rounds go where weight x expected improvement is largest, not evenly, and
+tasks that stop improving get fewer."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+import pytest
+
+from autosched.model.scheduler import TaskCurve, TaskScheduler, gradient, next_task, stalled
+
+Curve = Callable[[int], float]
+"""A task's best latency in seconds after so many trials."""
+
+
+def improving(start: float = 1.0) -> Curve:
+    return lambda trials: start * (0.3 + 0.7 * math.exp(-trials / 48))
+
+
+def flat(start: float = 1.0) -> Curve:
+    return lambda trials: start
+
+
+def simulate(
+    curves: Sequence[Curve], weights: Sequence[int], budget: int = 256, batch: int = 16
+) -> tuple[list[int], list[int]]:
+    """Run the scheduler against the curves: the trials each task got, and the order of rounds."""
+    scheduler = TaskScheduler(weights, budget, batch)
+    order = []
+    while (planned := scheduler.next_round()) is not None:
+        trials = scheduler.curves[planned.index].trials + planned.trials
+        scheduler.record(planned.index, planned.trials, curves[planned.index](trials))
+        order.append(planned.index)
+    assert sum(scheduler.allocation) == budget
+    return scheduler.allocation, order
+
+
+def test_every_task_gets_a_warm_up_round_first() -> None:
+    _, order = simulate([improving(), flat(), improving()], [1, 5, 2])
+    assert order[:3] == [0, 1, 2]
+
+
+def test_the_heavier_task_gets_more_trials_than_an_even_split() -> None:
+    allocation, _ = simulate([improving(), improving()], [10, 1])
+    assert allocation[0] > 128 > allocation[1] >= 16
+
+
+def test_a_task_that_stops_improving_gets_fewer_trials() -> None:
+    allocation, order = simulate([improving(), flat()], [1, 1])
+    assert allocation[0] > allocation[1]
+    assert order[-4:] == [0, 0, 0, 0]  # once stalled, the flat task waits for the other to stall
+
+
+def test_equal_tasks_split_about_evenly() -> None:
+    allocation, _ = simulate([improving(), improving(), improving()], [1, 1, 1], budget=240)
+    assert max(allocation) - min(allocation) <= 16
+
+
+def test_a_task_with_a_larger_latency_share_is_worth_more() -> None:
+    allocation, _ = simulate([improving(0.1), improving(1.0)], [1, 1])
+    assert allocation[1] > allocation[0]
+
+
+def test_gradient_mixes_the_observed_slope_and_the_forward_estimate() -> None:
+    curve = TaskCurve(weight=2, trials=64, best_secs=[1.0, 0.8, 0.6, 0.5])
+    backward = (0.5 - 1.0) / 3
+    forward = -0.5 / 4
+    assert gradient(curve) == pytest.approx(2 * (0.2 * backward + 0.8 * forward))
+    assert gradient(TaskCurve(weight=3)) == 0.0
+    assert gradient(TaskCurve(weight=3, trials=16, best_secs=[None])) == 0.0
+
+
+def test_stalled_finished_and_failing_tasks() -> None:
+    still = TaskCurve(weight=1, trials=64, best_secs=[1.0, 0.9, 0.9, 0.9, 0.9])
+    moving = TaskCurve(weight=1, trials=64, best_secs=[1.0, 0.9, 0.9, 0.9, 0.8])
+    assert stalled(still) and not stalled(moving)
+    assert stalled(TaskCurve(weight=1, trials=64, best_secs=[None] * 4))
+    assert next_task([still, moving]) == 1
+    moving.finished = True
+    assert next_task([still, moving]) == 0
+    still.finished = True
+    assert next_task([still, moving]) is None
+
+
+def test_the_batch_shrinks_so_the_warm_up_fits_and_the_loop_ends() -> None:
+    scheduler = TaskScheduler([1, 1, 1], budget=6, batch=16)
+    rounds = []
+    while (planned := scheduler.next_round()) is not None:
+        rounds.append(planned)
+        scheduler.record(planned.index, 0, None)  # nothing new measured: still costs a trial
+    assert [r.index for r in rounds[:3]] == [0, 1, 2]
+    assert [r.trials for r in rounds] == [2, 2, 2, 2, 2, 1]

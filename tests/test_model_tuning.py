@@ -1,0 +1,178 @@
+"""Whole models tuned end to end on this machine with tiny budgets, through the command line:
+an MLP from ONNX and a conv-relu-pool block from PyTorch, their trials split across tasks, the
+compiled model checked against ONNX Runtime and PyTorch eager, exported as a Relax VM library
+and as a MetaSchedule database that TVM's ``compile_relax`` applies; a layer another model
+already tuned is reused; a task the admission refuses keeps the default schedule."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+from helpers import autosched
+from model_files import write_conv_block_pt2, write_mlp_onnx
+from test_model_load import ANNOTATED_RELAX_MODEL
+
+pytestmark = pytest.mark.slow
+
+
+@dataclass(frozen=True)
+class TunedModels:
+    """One log, in which the MLP, then the conv block were tuned."""
+
+    root: Path
+    db: str
+    mlp: Path
+    conv: Path
+    mlp_report: dict
+    conv_report: dict
+
+
+def _tune(root: Path, *args: str) -> dict:
+    result = autosched("tune", *args, "--seed", "0", "--json", cwd=root)
+    return json.loads(result.stdout)
+
+
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory: pytest.TempPathFactory) -> TunedModels:
+    root = tmp_path_factory.mktemp("models")
+    db = f"sqlite:///{root / 'log.db'}"
+    mlp = write_mlp_onnx(root / "mlp.onnx", batch="batch")
+    conv = write_conv_block_pt2(root / "conv.pt2")
+    mlp_report = _tune(
+        root, str(mlp), "--input", "x=16x64:float32", "--trials", "4", "--batch", "2", "--db", db
+    )
+    conv_report = _tune(root, str(conv), "--trials", "2", "--batch", "2", "--db", db)
+    return TunedModels(root, db, mlp, conv, mlp_report, conv_report)
+
+
+def _random_input(shape: tuple[int, ...]) -> np.ndarray:
+    return np.random.default_rng(7).uniform(-1, 1, shape).astype(np.float32)
+
+
+def _run_library(path: Path, array: np.ndarray) -> np.ndarray:
+    import tvm
+    from tvm import relax
+
+    vm = relax.VirtualMachine(tvm.runtime.load_module(str(path)), tvm.cpu())
+    return vm["main"](tvm.runtime.tensor(array)).numpy()
+
+
+def test_the_budget_is_split_across_the_tasks(tuned: TunedModels) -> None:
+    report = tuned.mlp_report
+    tasks = report["tasks"]
+    assert len(tasks) >= 2 and report["trials"] == sum(task["trials"] for task in tasks)
+    assert report["trials"] == 4
+    assert all(task["trials"] == 2 for task in tasks)  # the warm-up round is the whole budget
+    assert all(task["weight"] == 1 and task["default_schedule"] is None for task in tasks)
+    for task in tasks:
+        assert 0 < task["best_latency_us"] <= task["untuned_latency_us"]
+    assert report["estimated_over_tasks"] == len(tasks)
+    assert 0 < report["estimated_latency_us"] <= report["estimated_untuned_latency_us"]
+    assert report["check"]["reference"] == "ONNX Runtime"
+
+
+def test_a_tuned_onnx_model_exports_as_a_library_that_matches_onnx_runtime(
+    tuned: TunedModels,
+) -> None:
+    import onnxruntime
+
+    library = tuned.root / "out" / "mlp.so"
+    autosched(
+        "export", str(tuned.mlp), "--input", "x=16x64:float32", "--format", "library",
+        "-o", str(library), "--db", tuned.db, cwd=tuned.root,
+    )  # fmt: skip
+    sidecar = json.loads(library.with_suffix(".json").read_text())
+    assert sidecar["inputs"] == [{"name": "x", "shape": [16, 64], "dtype": "float32"}]
+    assert sidecar["outputs"] == [{"name": "y", "shape": [16, 10], "dtype": "float32"}]
+    assert {task["name"] for task in sidecar["tasks"]} == {
+        task["name"] for task in tuned.mlp_report["tasks"]
+    }
+    x = _random_input((16, 64))
+    session = onnxruntime.InferenceSession(str(tuned.mlp), providers=["CPUExecutionProvider"])
+    (expected,) = session.run(None, {"x": x})
+    np.testing.assert_allclose(_run_library(library, x), expected, rtol=1e-4, atol=1e-4)
+
+
+def test_the_exported_database_is_applied_by_tvms_compile_relax(tuned: TunedModels) -> None:
+    import onnx
+    import onnxruntime
+    import tvm
+    from tvm import relax
+    from tvm.relax.frontend.onnx import from_onnx
+    from tvm.s_tir.meta_schedule.database import JSONDatabase
+    from tvm.s_tir.meta_schedule.relax_integration import compile_relax
+
+    from autosched.model.tasks import fuse
+    from autosched.target import parse_target, to_tvm_target
+
+    work_dir = tuned.root / "mlp-db"
+    autosched(
+        "export", str(tuned.mlp), "--input", "x=16x64:float32", "--format", "metaschedule-db",
+        "-o", str(work_dir), "--db", tuned.db, cwd=tuned.root,
+    )  # fmt: skip
+    database = JSONDatabase(work_dir=str(work_dir))
+    assert len(database) == len(tuned.mlp_report["tasks"])
+    mod = from_onnx(onnx.load(str(tuned.mlp)), shape_dict={"x": [16, 64]})
+    target = to_tvm_target(parse_target(None))
+    with target, database:  # the database holds every fused kernel, under TVM's own keys
+        applied = relax.transform.MetaScheduleApplyDatabase()(fuse(mod, parse_target(None)))
+    scheduled = [
+        func
+        for _, func in applied.functions_items()
+        if isinstance(func, tvm.tirx.PrimFunc) and func.attrs.get("tirx.is_scheduled", False)
+    ]
+    assert len(scheduled) == len(tuned.mlp_report["tasks"])
+    executable = compile_relax(database, mod, target, params=None)
+    x = _random_input((16, 64))
+    vm = relax.VirtualMachine(executable, tvm.cpu())
+    got = vm["main"](tvm.runtime.tensor(x)).numpy()
+    session = onnxruntime.InferenceSession(str(tuned.mlp), providers=["CPUExecutionProvider"])
+    np.testing.assert_allclose(got, session.run(None, {"x": x})[0], rtol=1e-4, atol=1e-4)
+
+
+def test_a_pytorch_conv_block_is_tuned_and_matches_eager(tuned: TunedModels) -> None:
+    import torch
+
+    report = tuned.conv_report
+    assert report["check"]["reference"] == "PyTorch eager"
+    assert report["trials"] == 2 and len(report["tasks"]) == 2  # conv+relu, max pooling
+    assert all(task["default_schedule"] is None for task in report["tasks"])
+    library = tuned.root / "conv.so"
+    autosched(
+        "export", str(tuned.conv), "--format", "library", "-o", str(library), "--db", tuned.db,
+        cwd=tuned.root,
+    )  # fmt: skip
+    x = _random_input((1, 3, 32, 32))
+    with torch.no_grad():
+        expected = torch.export.load(str(tuned.conv)).module()(torch.from_numpy(x)).numpy()
+    got = _run_library(library, x)
+    assert got.shape == (1, 8, 16, 16)
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
+
+
+def test_a_layer_another_model_tuned_is_reused(tuned: TunedModels) -> None:
+    wider = write_mlp_onnx(tuned.root / "wider.onnx", outputs=32, seed=3)
+    report = _tune(tuned.root, str(wider), "--trials", "2", "--batch", "2", "--db", tuned.db)
+    first_layer = {task["workload_key"] for task in tuned.mlp_report["tasks"]}
+    reused = [task for task in report["tasks"] if task["workload_key"] in first_layer]
+    fresh = [task for task in report["tasks"] if task["workload_key"] not in first_layer]
+    assert len(reused) == 1 and len(fresh) == 1
+    assert reused[0]["trials"] == 0 and reused[0]["reused_records"] >= 2
+    assert reused[0]["best_latency_us"] is not None
+    assert fresh[0]["trials"] == 2 and report["reused_records"] == reused[0]["reused_records"]
+
+
+def test_a_task_the_admission_refuses_keeps_the_default_schedule(tuned: TunedModels) -> None:
+    path = tuned.root / "annotated.py"
+    path.write_text(ANNOTATED_RELAX_MODEL)
+    report = _tune(tuned.root, str(path), "--trials", "2", "--batch", "2", "--db", tuned.db)
+    refused = [task for task in report["tasks"] if task["default_schedule"] is not None]
+    assert len(refused) == 1 and "block annotation 'hint'" in refused[0]["default_schedule"]
+    assert refused[0]["trials"] == 0 and refused[0]["best_latency_us"] is None
+    assert report["check"]["reference"] == "TVM's untuned build"
+    text = autosched("tune", str(path), "--trials", "2", "--db", tuned.db, cwd=tuned.root).stdout
+    assert "default: " in text and "estimated latency" in text

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import autosched
+from helpers import Cli, autosched
 from model_files import write_conv_block_pt2, write_mlp_onnx
 from test_model_load import ANNOTATED_RELAX_MODEL
 
@@ -76,15 +76,16 @@ def test_the_budget_is_split_across_the_tasks(tuned: TunedModels) -> None:
 
 
 def test_a_tuned_onnx_model_exports_as_a_library_that_matches_onnx_runtime(
-    tuned: TunedModels,
+    tuned: TunedModels, cli: Cli
 ) -> None:
     import onnxruntime
 
     library = tuned.root / "out" / "mlp.so"
-    autosched(
+    result = cli(
         "export", str(tuned.mlp), "--input", "x=16x64:float32", "--format", "library",
-        "-o", str(library), "--db", tuned.db, cwd=tuned.root,
+        "-o", str(library), "--db", tuned.db,
     )  # fmt: skip
+    assert result.code == 0, result.err
     sidecar = json.loads(library.with_suffix(".json").read_text())
     assert sidecar["inputs"] == [{"name": "x", "shape": [16, 64], "dtype": "float32"}]
     assert sidecar["outputs"] == [{"name": "y", "shape": [16, 10], "dtype": "float32"}]
@@ -97,7 +98,9 @@ def test_a_tuned_onnx_model_exports_as_a_library_that_matches_onnx_runtime(
     np.testing.assert_allclose(_run_library(library, x), expected, rtol=1e-4, atol=1e-4)
 
 
-def test_the_exported_database_is_applied_by_tvms_compile_relax(tuned: TunedModels) -> None:
+def test_the_exported_database_is_applied_by_tvms_compile_relax(
+    tuned: TunedModels, cli: Cli
+) -> None:
     import onnx
     import onnxruntime
     import tvm
@@ -110,10 +113,11 @@ def test_the_exported_database_is_applied_by_tvms_compile_relax(tuned: TunedMode
     from autosched.target import parse_target, to_tvm_target
 
     work_dir = tuned.root / "mlp-db"
-    autosched(
+    result = cli(
         "export", str(tuned.mlp), "--input", "x=16x64:float32", "--format", "metaschedule-db",
-        "-o", str(work_dir), "--db", tuned.db, cwd=tuned.root,
+        "-o", str(work_dir), "--db", tuned.db,
     )  # fmt: skip
+    assert result.code == 0, result.err
     database = JSONDatabase(work_dir=str(work_dir))
     assert len(database) == len(tuned.mlp_report["tasks"])
     mod = from_onnx(onnx.load(str(tuned.mlp)), shape_dict={"x": [16, 64]})
@@ -134,7 +138,7 @@ def test_the_exported_database_is_applied_by_tvms_compile_relax(tuned: TunedMode
     np.testing.assert_allclose(got, session.run(None, {"x": x})[0], rtol=1e-4, atol=1e-4)
 
 
-def test_a_pytorch_conv_block_is_tuned_and_matches_eager(tuned: TunedModels) -> None:
+def test_a_pytorch_conv_block_is_tuned_and_matches_eager(tuned: TunedModels, cli: Cli) -> None:
     import torch
 
     report = tuned.conv_report
@@ -142,10 +146,10 @@ def test_a_pytorch_conv_block_is_tuned_and_matches_eager(tuned: TunedModels) -> 
     assert report["trials"] == 2 and len(report["tasks"]) == 2  # conv+relu, max pooling
     assert all(task["default_schedule"] is None for task in report["tasks"])
     library = tuned.root / "conv.so"
-    autosched(
-        "export", str(tuned.conv), "--format", "library", "-o", str(library), "--db", tuned.db,
-        cwd=tuned.root,
-    )  # fmt: skip
+    result = cli(
+        "export", str(tuned.conv), "--format", "library", "-o", str(library), "--db", tuned.db
+    )
+    assert result.code == 0, result.err
     x = _random_input((1, 3, 32, 32))
     with torch.no_grad():
         expected = torch.export.load(str(tuned.conv)).module()(torch.from_numpy(x)).numpy()
@@ -154,9 +158,11 @@ def test_a_pytorch_conv_block_is_tuned_and_matches_eager(tuned: TunedModels) -> 
     np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
 
 
-def test_a_layer_another_model_tuned_is_reused(tuned: TunedModels) -> None:
+def test_a_layer_another_model_tuned_is_reused(tuned: TunedModels, cli: Cli) -> None:
     wider = write_mlp_onnx(tuned.root / "wider.onnx", outputs=32, seed=3)
-    report = _tune(tuned.root, str(wider), "--trials", "2", "--batch", "2", "--db", tuned.db)
+    result = cli("tune", str(wider), "--trials", "2", "--batch", "2", "--db", tuned.db, "--json")
+    assert result.code == 0, result.err
+    report = json.loads(result.out)
     first_layer = {task["workload_key"] for task in tuned.mlp_report["tasks"]}
     reused = [task for task in report["tasks"] if task["workload_key"] in first_layer]
     fresh = [task for task in report["tasks"] if task["workload_key"] not in first_layer]
@@ -166,13 +172,14 @@ def test_a_layer_another_model_tuned_is_reused(tuned: TunedModels) -> None:
     assert fresh[0]["trials"] == 2 and report["reused_records"] == reused[0]["reused_records"]
 
 
-def test_a_task_the_admission_refuses_keeps_the_default_schedule(tuned: TunedModels) -> None:
+def test_a_task_the_admission_refuses_keeps_the_default_schedule(
+    tuned: TunedModels, cli: Cli
+) -> None:
     path = tuned.root / "annotated.py"
     path.write_text(ANNOTATED_RELAX_MODEL)
-    report = _tune(tuned.root, str(path), "--trials", "2", "--batch", "2", "--db", tuned.db)
-    refused = [task for task in report["tasks"] if task["default_schedule"] is not None]
-    assert len(refused) == 1 and "block annotation 'hint'" in refused[0]["default_schedule"]
-    assert refused[0]["trials"] == 0 and refused[0]["best_latency_us"] is None
-    assert report["check"]["reference"] == "TVM's untuned build"
-    text = autosched("tune", str(path), "--trials", "2", "--db", tuned.db, cwd=tuned.root).stdout
-    assert "default: " in text and "estimated latency" in text
+    result = cli("tune", str(path), "--trials", "2", "--db", tuned.db)
+    assert result.code == 0, result.err
+    notes = [line for line in result.out.splitlines() if line.startswith("note: ")]
+    assert len(notes) == 1 and "double" in notes[0]
+    assert "keeps TVM's default schedule" in notes[0] and "block annotation 'hint'" in notes[0]
+    assert "outputs match TVM's untuned build" in " ".join(result.out.split())

@@ -110,9 +110,17 @@ def _print_model_report(report: ModelTuneReport) -> None:
             str(task.reused_records) if task.reused_records else "-",
             us(task.best_secs),
             us(task.baseline_secs),
-            "tuned" if task.default_schedule is None else f"default: {task.default_schedule}",
+            "tuned" if task.default_schedule is None else "default",
         )
     _out.print(table)
+    for task in report.tasks:
+        if task.default_schedule is not None:
+            _out.print(
+                f"note: {escape(task.name)} keeps TVM's default schedule: "
+                f"{escape(task.default_schedule)}",
+                highlight=False,
+                soft_wrap=True,
+            )
     estimated = f"over {len(report.estimated)} of {len(report.tasks)} tasks"
     _out.print(
         f"estimated latency (sum of weight x latency, {estimated}): "

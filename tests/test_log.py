@@ -41,6 +41,8 @@ TABLES = {
     "measurements",
     "best_records",
     "finalist_timings",
+    "tuned_models",
+    "tuned_model_tasks",
     "workers",
     "leases",
     "api_tokens",

@@ -183,3 +183,20 @@ def test_a_task_the_admission_refuses_keeps_the_default_schedule(
     assert len(notes) == 1 and "double" in notes[0]
     assert "keeps TVM's default schedule" in notes[0] and "block annotation 'hint'" in notes[0]
     assert "outputs match TVM's untuned build" in " ".join(result.out.split())
+
+
+def test_the_log_lists_tuned_models_with_their_tasks(tuned: TunedModels, cli: Cli) -> None:
+    result = cli("log", "models", "--db", tuned.db, "--json")
+    assert result.code == 0, result.err
+    models = {model["model"]: model for model in json.loads(result.out)}
+    assert {"mlp", "conv"} <= set(models)
+    mlp = models["mlp"]
+    assert mlp["inputs"] == [{"name": "x", "shape": [16, 64], "dtype": "float32"}]
+    assert mlp["reference"] == "ONNX Runtime" and mlp["format"] == "onnx"
+    assert [(t["name"], t["weight"]) for t in mlp["tasks"]] == [
+        (t["name"], t["weight"]) for t in tuned.mlp_report["tasks"]
+    ]
+    assert all(task["best_latency_us"] > 0 for task in mlp["tasks"])
+    assert mlp["estimated_latency_us"] == pytest.approx(tuned.mlp_report["estimated_latency_us"])
+    text = cli("log", "models", "--db", tuned.db)
+    assert text.code == 0 and "conv (pytorch" in text.out

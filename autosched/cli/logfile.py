@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from autosched.cli import tune
+from autosched.cli.models import show_models
 from autosched.cli.options import DbOpt, JsonOpt, open_log
 
 if TYPE_CHECKING:
@@ -22,7 +23,8 @@ if TYPE_CHECKING:
 
 log_app = typer.Typer(
     name="log",
-    help="The tuning log: list it (no sub-command), or export and import it as a portable file.",
+    help="The tuning log: list it (no sub-command) or its tuned models (`log models`), or export "
+    "and import it as a portable file.",
     invoke_without_command=True,
     pretty_exceptions_enable=False,
 )
@@ -36,6 +38,12 @@ def show(ctx: typer.Context, db: DbOpt = None, as_json: JsonOpt = False) -> None
     """List tuned workloads x targets with best latency and trial counts."""
     if ctx.invoked_subcommand is None:
         tune.show_log(db, as_json)
+
+
+@log_app.command("models")
+def models(db: DbOpt = None, as_json: JsonOpt = False) -> None:
+    """List tuned models with their tasks: weight, best latency, default schedules."""
+    show_models(db, as_json)
 
 
 @log_app.command("export")

@@ -189,3 +189,61 @@ def export_model_file(
         written = export_library(model, executable, schedules, target_json, check, output)
     for written_path in written:
         _out.print(f"wrote {escape(str(written_path))}")
+
+
+def show_models(db: str | None, as_json: bool) -> None:
+    """List the tuned models with their tasks: weight, best latency, default schedules."""
+    from autosched.log.tuned_models import TunedModelStore
+
+    log = open_log(db, must_exist=True, read_only=True)
+    try:
+        models = TunedModelStore(log).list()
+    finally:
+        log.close()
+    if as_json:
+        document = [
+            {
+                "model": model.name,
+                "key": model.key,
+                "format": model.format,
+                "inputs": model.inputs,
+                "target": model.target_json,
+                "estimated_latency_us": model.estimated_secs * 1e6,
+                "estimated_untuned_latency_us": model.untuned_secs * 1e6,
+                "reference": model.reference,
+                "max_abs_error": model.max_abs_error,
+                "tuned_at": model.tuned_at.isoformat(),
+                "tasks": [
+                    {
+                        "name": task.name,
+                        "workload_key": task.workload_key,
+                        "weight": task.weight,
+                        "best_latency_us": None if task.best_secs is None else task.best_secs * 1e6,
+                        "default_schedule": task.default_schedule,
+                    }
+                    for task in model.tasks
+                ],
+            }
+            for model in models
+        ]
+        print(json.dumps(document))
+        return
+    for model in models:
+        target = ", ".join(
+            f"{k}={v}" for k, v in model.target_json.items() if k in ("kind", "mcpu")
+        )
+        table = Table(
+            "task", "weight", "best us", "schedule",
+            title=f"{model.name} ({model.format}, {target}): estimated "
+            f"{model.estimated_secs * 1e6:.2f} us tuned, {model.untuned_secs * 1e6:.2f} us untuned",
+        )  # fmt: skip
+        for task in model.tasks:
+            table.add_row(
+                task.name,
+                str(task.weight),
+                "-" if task.best_secs is None else f"{task.best_secs * 1e6:.2f}",
+                "tuned" if task.default_schedule is None else "default",
+            )
+        _out.print(table)
+    if not models:
+        _out.print("no tuned models in the log")

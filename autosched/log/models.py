@@ -379,3 +379,39 @@ class FinalistTiming(Base):
     rank: Mapped[int]
     tie: Mapped[bool]
     created_at: Mapped[CreatedAt]
+
+
+class TunedModel(Base):
+    """A whole model tuned for a target (``autosched.model``), recorded once its compiled outputs
+    matched its framework's: ``key`` hashes the model file and its input shapes; the estimates
+    are the sum of weight x latency over its tasks, tuned and untuned."""
+
+    __tablename__ = "tuned_models"
+    __table_args__ = (UniqueConstraint("key", "target_id"),)
+
+    id: Mapped[IntPk]
+    key: Mapped[str] = mapped_column(String(64))
+    name: Mapped[Name]
+    format: Mapped[str] = mapped_column(String(16))
+    inputs: Mapped[JsonDict]
+    target_id: Mapped[int] = mapped_column(ForeignKey("targets.id"))
+    estimated_secs: Mapped[float]
+    untuned_secs: Mapped[float]
+    reference: Mapped[Name]
+    max_abs_error: Mapped[float]
+    tuned_at: Mapped[CreatedAt]
+
+
+class TunedModelTask(Base):
+    """A task of a tuned model: its workload (none for one the admission refused), its weight
+    (calls per run), and why it keeps TVM's default schedule if it does."""
+
+    __tablename__ = "tuned_model_tasks"
+    __table_args__ = (UniqueConstraint("model_id", "name"),)
+
+    id: Mapped[IntPk]
+    model_id: Mapped[int] = mapped_column(ForeignKey("tuned_models.id"), index=True)
+    workload_id: Mapped[int | None] = mapped_column(ForeignKey("workloads.id"))
+    name: Mapped[Name]
+    weight: Mapped[int]
+    default_schedule: Mapped[str | None] = mapped_column(Text)

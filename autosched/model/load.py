@@ -10,6 +10,8 @@ widened to ``R.``) before TVM's parser evaluates its expressions.
 from __future__ import annotations
 
 import ast
+import hashlib
+import json
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -62,6 +64,13 @@ class Model:
     reference: Reference | None
     reference_name: str
     output_names: tuple[str, ...] = ()
+
+    @property
+    def key(self) -> str:
+        """Identity of the model in the log: a hash of its file and its inputs' shapes."""
+        digest = hashlib.sha256(self.path.read_bytes())
+        digest.update(json.dumps([spec.as_json() for spec in self.inputs]).encode())
+        return digest.hexdigest()[:32]
 
 
 _INPUT = re.compile(r"^([^=]+)=(\d+(?:x\d+)*)(?::(\w+))?$")

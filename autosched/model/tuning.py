@@ -1,7 +1,8 @@
 """Tuning a whole model on this machine: its tasks tuned round by round as the task scheduler
 splits the budget (``autosched.model.scheduler``), each round one `autosched.tuner.tune` job of
 its workload in the log; tasks the log already tuned enough are reused, not tuned again; then the
-model compiled with every task's best schedule and its outputs checked against the framework's.
+model compiled with every task's best schedule and its outputs checked against the framework's;
+only a model whose outputs match is recorded as tuned, with its tasks.
 
 A task MetaSchedule cannot schedule (its search fails, or nothing it measured ran correctly)
 keeps TVM's default schedule, and the report names it with the reason.
@@ -17,7 +18,8 @@ from dataclasses import dataclass, replace
 
 from autosched.errors import Cancelled
 from autosched.log import TuningLog
-from autosched.log.subjects import ensure_target
+from autosched.log.subjects import ensure_subject, ensure_target
+from autosched.log.tuned_models import ModelTaskEntry, TunedModelStore
 from autosched.measure import Measurer
 from autosched.model.compile import (
     OutputCheck,
@@ -139,7 +141,8 @@ def tune_model(
     stop: threading.Event | None = None,
 ) -> ModelTuneReport:
     """Tune ``model``'s ``tasks`` for ``target`` with ``options.trials`` new measurements in
-    all, then compile the model with their best schedules and check its outputs.
+    all, then compile the model with their best schedules, check its outputs and, when they
+    match, record the model with its tasks in the log.
 
     A task the log holds a verified best record of, with at least an even share of the budget
     in records, is reused. Each round is its own job in the log, so an interrupted run keeps
@@ -161,8 +164,8 @@ def tune_model(
         if task.workload is None:
             failed[index] = task.problem or "not admitted"
             continue
-        stored = log.find_workload(task.workload.key)
-        if stored is not None and log.best(stored.id, stored_target.id) is not None:
+        stored, _ = ensure_subject(log, task.workload, target)
+        if log.best(stored.id, stored_target.id) is not None:
             count = log.count_records(stored.id, stored_target.id)
             if count >= share:
                 reused[index] = count
@@ -219,7 +222,23 @@ def tune_model(
         _outcome(task, schedule, allocation.get(i, 0), reused.get(i, 0), baselines.get(i))
         for i, (task, schedule) in enumerate(zip(tasks, schedules, strict=True))
     )
-    return ModelTuneReport(model.name, target, outcomes, check, time.perf_counter() - started)
+    report = ModelTuneReport(model.name, target, outcomes, check, time.perf_counter() - started)
+    TunedModelStore(log).record(
+        key=model.key,
+        name=model.name,
+        format=model.format.value,
+        inputs=[spec.as_json() for spec in model.inputs],
+        target_id=stored_target.id,
+        estimated_secs=report.tuned_secs,
+        untuned_secs=report.untuned_secs,
+        reference=check.reference,
+        max_abs_error=check.max_abs_error,
+        tasks=[
+            ModelTaskEntry(task.name, task.workload_key, task.weight, task.default_schedule)
+            for task in outcomes
+        ],
+    )
+    return report
 
 
 def _outcome(

@@ -1,0 +1,155 @@
+"""Whole models tuned for a target and their tasks, in the tuning log: recorded by
+``autosched.model.tuning`` once a model's compiled outputs matched its framework's, listed by
+`autosched log models`. The tasks' measurements are the workloads' own, in ``store``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import delete, select
+
+from autosched.log.models import Target, TunedModel, TunedModelTask, Workload, utcnow
+from autosched.log.store import TuningLog, best_row, record_view
+
+
+@dataclass(frozen=True)
+class ModelTaskEntry:
+    """A task of a model: its name, workload key (None when not admitted), weight, and why it
+    keeps TVM's default schedule if it does; ``best_secs`` is its workload's best on the
+    model's target, when listed."""
+
+    name: str
+    workload_key: str | None
+    weight: int
+    default_schedule: str | None
+    best_secs: float | None = None
+
+
+@dataclass(frozen=True)
+class TunedModelView:
+    """A tuned model as `autosched log models` lists it."""
+
+    key: str
+    name: str
+    format: str
+    inputs: list[dict[str, Any]]
+    target_json: dict[str, Any]
+    estimated_secs: float
+    untuned_secs: float
+    reference: str
+    max_abs_error: float
+    tuned_at: datetime
+    tasks: tuple[ModelTaskEntry, ...]
+
+
+class TunedModelStore:
+    """The tuned models of ``log``: every method is one transaction."""
+
+    def __init__(self, log: TuningLog) -> None:
+        self._log = log
+
+    def record(
+        self,
+        *,
+        key: str,
+        name: str,
+        format: str,
+        inputs: list[dict[str, Any]],
+        target_id: int,
+        estimated_secs: float,
+        untuned_secs: float,
+        reference: str,
+        max_abs_error: float,
+        tasks: Sequence[ModelTaskEntry],
+    ) -> None:
+        """Record the model ``key`` as tuned for the target, replacing an earlier record of it
+        (its tasks with it). The tasks' workloads must be stored already."""
+        with self._log.sessions.begin() as session:
+            row = session.scalar(
+                select(TunedModel).where(TunedModel.key == key, TunedModel.target_id == target_id)
+            )
+            values = {
+                "name": name,
+                "format": format,
+                "inputs": {"inputs": inputs},
+                "estimated_secs": estimated_secs,
+                "untuned_secs": untuned_secs,
+                "reference": reference,
+                "max_abs_error": max_abs_error,
+                "tuned_at": utcnow(),
+            }
+            if row is None:
+                row = TunedModel(key=key, target_id=target_id, **values)
+                session.add(row)
+                session.flush()
+            else:
+                for field, value in values.items():
+                    setattr(row, field, value)
+                session.execute(delete(TunedModelTask).where(TunedModelTask.model_id == row.id))
+            keys = [task.workload_key for task in tasks if task.workload_key is not None]
+            ids = {
+                workload_key: workload_id
+                for workload_key, workload_id in session.execute(
+                    select(Workload.key, Workload.id).where(Workload.key.in_(keys))
+                )
+            }
+            session.add_all(
+                TunedModelTask(
+                    model_id=row.id,
+                    workload_id=None if task.workload_key is None else ids[task.workload_key],
+                    name=task.name,
+                    weight=task.weight,
+                    default_schedule=task.default_schedule,
+                )
+                for task in tasks
+            )
+
+    def list(self) -> list[TunedModelView]:
+        """Every tuned model with its tasks and their best latencies, the latest first."""
+        with self._log.sessions.begin() as session:
+            models = session.execute(
+                select(TunedModel, Target)
+                .join(Target, Target.id == TunedModel.target_id)
+                .order_by(TunedModel.tuned_at.desc(), TunedModel.id.desc())
+            ).all()
+            views = []
+            for model, target in models:
+                rows = session.execute(
+                    select(TunedModelTask, Workload)
+                    .outerjoin(Workload, Workload.id == TunedModelTask.workload_id)
+                    .where(TunedModelTask.model_id == model.id)
+                    .order_by(TunedModelTask.weight.desc(), TunedModelTask.id)
+                ).all()
+                tasks = []
+                for task, workload in rows:
+                    best = None if workload is None else best_row(session, workload.id, target.id)
+                    best_secs = None if best is None else record_view(*best).median_secs
+                    tasks.append(
+                        ModelTaskEntry(
+                            task.name,
+                            None if workload is None else workload.key,
+                            task.weight,
+                            task.default_schedule,
+                            best_secs,
+                        )
+                    )
+                views.append(
+                    TunedModelView(
+                        key=model.key,
+                        name=model.name,
+                        format=model.format,
+                        inputs=list(model.inputs.get("inputs", [])),
+                        target_json=dict(target.target_json),
+                        estimated_secs=model.estimated_secs,
+                        untuned_secs=model.untuned_secs,
+                        reference=model.reference,
+                        max_abs_error=model.max_abs_error,
+                        tuned_at=model.tuned_at,
+                        tasks=tuple(tasks),
+                    )
+                )
+            return views

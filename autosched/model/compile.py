@@ -12,6 +12,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import tvm
@@ -140,10 +141,11 @@ def run_model(executable: tvm.runtime.Module, inputs: Sequence[np.ndarray]) -> l
     return [np.asarray(out.numpy()) for out in _flatten(result)]
 
 
-def _flatten(value: object) -> list[tvm.runtime.Tensor]:
+def _flatten(value: Any) -> list[tvm.runtime.Tensor]:
+    """The tensors of a VM result: a tensor, or (nested) tuples of them."""
     if isinstance(value, tvm.runtime.Tensor):
         return [value]
-    return [tensor for item in value for tensor in _flatten(item)]  # type: ignore[attr-defined]
+    return [tensor for item in value for tensor in _flatten(item)]
 
 
 def random_model_inputs(inputs: Sequence[InputSpec], seed: int = CHECK_SEED) -> list[np.ndarray]:

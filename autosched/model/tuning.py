@@ -35,6 +35,7 @@ from autosched.schedule import BASELINE_TRACE
 from autosched.search.registry import DEFAULT_STRATEGY
 from autosched.target import canonical_target
 from autosched.tuner import TuneOptions, tune
+from autosched.workload import Workload
 
 
 @dataclass(frozen=True)
@@ -159,7 +160,7 @@ def tune_model(
     reused: dict[int, int] = {}
     failed: dict[int, str] = {}
     baselines: dict[int, float | None] = {}
-    tunable: list[int] = []
+    tunable: list[tuple[int, Workload]] = []
     for index, task in enumerate(tasks):
         if task.workload is None:
             failed[index] = task.problem or "not admitted"
@@ -171,20 +172,19 @@ def tune_model(
                 reused[index] = count
                 baselines[index] = _baseline_secs(log, stored.id, stored_target.id)
                 continue
-        tunable.append(index)
+        tunable.append((index, task.workload))
     scheduler = TaskScheduler(
-        [tasks[i].weight for i in tunable], options.trials, options.batch_size
+        [tasks[i].weight for i, _ in tunable], options.trials, options.batch_size
     )
     while (planned := scheduler.next_round()) is not None:
-        index = tunable[planned.index]
-        task = tasks[index]
+        index, workload = tunable[planned.index]
         if on_round is not None:
-            on_round(task.name, planned.trials, scheduler.remaining)
+            on_round(tasks[index].name, planned.trials, scheduler.remaining)
         if stop is not None and stop.is_set():
             raise Cancelled("tuning was stopped")
         try:
             report = tune(
-                task.workload,  # type: ignore[arg-type]  # tunable tasks have workloads
+                workload,
                 target,
                 log,
                 measurer,
@@ -217,7 +217,7 @@ def tune_model(
     ]
     executable = compile_model(model, schedules, target)
     check = check_outputs(model, executable, target)
-    allocation = dict(zip(tunable, scheduler.allocation, strict=True))
+    allocation = dict(zip((i for i, _ in tunable), scheduler.allocation, strict=True))
     outcomes = tuple(
         _outcome(task, schedule, allocation.get(i, 0), reused.get(i, 0), baselines.get(i))
         for i, (task, schedule) in enumerate(zip(tasks, schedules, strict=True))

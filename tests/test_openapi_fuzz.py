@@ -23,6 +23,10 @@ CHECKS = [
     "all",
     "--exclude-checks",
     "positive_data_acceptance,allow_header_conformance",
+    # Its body is a gzip file, which Schemathesis cannot generate; tests/test_log_api.py and
+    # tests/test_portable.py send it corrupt, truncated, hostile and oversized files instead.
+    "--exclude-path",
+    "/api/v1/log/import",
 ]
 
 

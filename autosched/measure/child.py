@@ -159,7 +159,7 @@ class ChildProcess:
                 [
                     sys.executable,
                     "-m",
-                    "autosched.measure",
+                    "autosched.measuring",
                     str(child_socket.fileno()),
                     self._limits.to_argv(),
                 ],

@@ -1,7 +1,8 @@
-"""Entry point of a measuring child process: `python -m autosched.measure FD LIMITS`.
+"""Entry point of a measuring child process: `python -m autosched.measuring FD LIMITS`.
 
 FD is the child's end of a socket pair, LIMITS its resource limits as JSON; see
-`autosched.measure.child`.
+`autosched.measure.child`. It lives outside `autosched.measure`, whose package imports TVM, so
+that PyTorch is kept out before TVM is imported: a measuring process never uses it.
 """
 
 import sys
@@ -9,7 +10,7 @@ from multiprocessing.connection import Connection
 
 from autosched.torch_guard import keep_torch_out
 
-keep_torch_out()  # before TVM is imported: a measuring process never uses PyTorch
+keep_torch_out()
 
 from autosched.measure.child import ResourceLimits, serve  # noqa: E402
 

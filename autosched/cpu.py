@@ -1,5 +1,6 @@
 """What this machine's CPU can do in theory: its physical cores, vector FMA units and lanes, and its
-clock, read from Linux's ``/proc/cpuinfo``, and the float32 peak they multiply to.
+clock, read from Linux's ``/proc/cpuinfo``, and the float32 peak they multiply to; and the
+instruction-set flags the kernel reports it may use.
 
 The roofline (``roofline.py``) reports this figure beside the measured peak, so a calibration far
 below it shows at a glance.
@@ -68,6 +69,21 @@ def cpu_peak(cores: int | None = None, cpuinfo: str | None = None) -> CpuPeak | 
         clock_ghz=clock_ghz,
         clock_source=source,
     )
+
+
+def cpu_flags(cpuinfo: str | None = None) -> frozenset[str] | None:
+    """The instruction-set flags of this machine's first CPU as Linux reports them (``avx2``,
+    ``avx512_bf16``, ...): what programs may use here, which a hypervisor can make less than the
+    CPU model has. None where ``/proc/cpuinfo`` lists no flags (not Linux, not x86)."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = _CPUINFO.read_text()
+        except OSError:
+            return None
+    processors = _processors(cpuinfo)
+    if not processors or "flags" not in processors[0]:
+        return None
+    return frozenset(processors[0]["flags"].split())
 
 
 def _processors(cpuinfo: str) -> list[dict[str, str]]:

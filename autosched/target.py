@@ -18,20 +18,61 @@ import psutil
 import tvm
 from tvm.target import codegen
 
+from autosched.cpu import cpu_flags
 from autosched.errors import UserError
 
 _HOST_WORDS = ("", "llvm", "host")
+_VECTOR_EXTENSIONS = ("avx", "amx")
 _ACCEPTED = "'llvm' (or 'host'), 'cuda', or a JSON object such as '{\"kind\": \"llvm\"}'"
 
 
 def host_target() -> dict:
-    """The LLVM target of this machine: its triple, its CPU as LLVM names it, its physical cores."""
-    return {
+    """The LLVM target of this machine: its triple, its CPU as LLVM names it, its physical cores,
+    and (``mattr``) the vector extensions of that CPU that this machine may not use."""
+    target = {
         "kind": "llvm",
         "mtriple": codegen.llvm_get_system_triple(),
         "mcpu": codegen.llvm_get_system_cpu(),
         "num-cores": _physical_cores(),
     }
+    disabled = withheld_features(target, cpu_flags())
+    if disabled:
+        target["mattr"] = [f"-{feature}" for feature in disabled]
+    return target
+
+
+def withheld_features(target: dict, flags: frozenset[str] | None) -> list[str]:
+    """The LLVM features to turn off so that ``target`` uses no vector extension (AVX, AVX-512,
+    AMX) outside ``flags``, the CPU flags Linux reports.
+
+    LLVM names the CPU by its family and model; a virtual machine can withhold extensions that
+    model has (a Zen 4 guest without AVX-512), and a program using them dies of SIGILL. Turning
+    off a root (``avx512f``) turns off what depends on it, so the list stays short. Empty where
+    ``flags`` is None (no ``/proc/cpuinfo`` to read) or nothing is withheld.
+    """
+    if flags is None:
+        return []
+    present = {_flag_name(flag) for flag in flags}
+    disabled: list[str] = []
+    for _ in range(64):  # each pass turns one more feature off; a CPU has far fewer
+        features = codegen.llvm_get_cpu_features(
+            to_tvm_target({**target, "mattr": [f"-{name}" for name in disabled]})
+        )
+        missing = sorted(
+            str(name)
+            for name in features
+            if str(name).startswith(_VECTOR_EXTENSIONS) and _flag_name(str(name)) not in present
+        )
+        if not missing:
+            break
+        disabled.append(min(missing, key=len))  # the root of its family: avx512f, amx-tile, ...
+    return disabled
+
+
+def _flag_name(feature: str) -> str:
+    """A feature as LLVM (``amx-tile``, ``sse4.1``) and Linux (``amx_tile``, ``sse4_1``) spell it,
+    in one spelling."""
+    return feature.replace("-", "").replace("_", "").replace(".", "")
 
 
 def parse_target(text: str | None) -> dict:

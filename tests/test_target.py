@@ -10,6 +10,7 @@ import pytest
 import tvm
 from tvm.target import codegen
 
+from autosched.cpu import cpu_flags
 from autosched.errors import UserError
 from autosched.target import (
     canonical_target,
@@ -19,6 +20,7 @@ from autosched.target import (
     target_key,
     target_kind,
     to_tvm_target,
+    withheld_features,
 )
 
 HAS_CUDA_GPU = tvm.cuda(0).exist
@@ -26,6 +28,7 @@ HAS_CUDA_GPU = tvm.cuda(0).exist
 
 def test_host_target_describes_this_cpu() -> None:
     host = host_target()
+    withheld = host.pop("mattr", [])
     assert host == {
         "kind": "llvm",
         "mtriple": codegen.llvm_get_system_triple(),
@@ -34,6 +37,34 @@ def test_host_target_describes_this_cpu() -> None:
     }
     assert host["mcpu"] and host["mtriple"]
     assert to_tvm_target(host).kind.name == "llvm"
+    # every vector extension the target may use is one this machine reports
+    flags = cpu_flags()
+    if flags is not None:
+        features = codegen.llvm_get_cpu_features(to_tvm_target({**host, "mattr": withheld}))
+        spelled = {flag.replace("_", "") for flag in flags}
+        vector = [str(f) for f in features if str(f).startswith(("avx", "amx"))]
+        assert all(f.replace("-", "") in spelled for f in vector), (vector, withheld)
+
+
+ZEN4 = {"kind": "llvm", "mtriple": "x86_64-linux-gnu", "mcpu": "znver4"}
+ZEN4_AVX2_FLAGS = frozenset(
+    ["sse", "sse2", "ssse3", "sse4_1", "sse4_2", "avx", "avx2", "fma", "f16c", "vaes"]
+)
+ZEN4_FLAGS = ZEN4_AVX2_FLAGS | {
+    "avx512f", "avx512dq", "avx512ifma", "avx512cd", "avx512bw", "avx512vl", "avx512_bf16",
+    "avx512vbmi", "avx512_vbmi2", "avx512_vnni", "avx512_bitalg", "avx512_vpopcntdq",
+}  # fmt: skip
+
+
+def test_vector_extensions_a_virtual_machine_withholds_are_turned_off() -> None:
+    # a Zen 4 guest whose hypervisor hides AVX-512: LLVM would emit it from the CPU name alone
+    assert withheld_features(ZEN4, ZEN4_AVX2_FLAGS) == ["avx512f"]
+    features = codegen.llvm_get_cpu_features(to_tvm_target({**ZEN4, "mattr": ["-avx512f"]}))
+    assert "avx2" in features and not any(str(f).startswith("avx512") for f in features)
+    # only the BF16 dot products withheld: only they are turned off
+    assert withheld_features(ZEN4, ZEN4_FLAGS - {"avx512_bf16"}) == ["avx512bf16"]
+    assert withheld_features(ZEN4, ZEN4_FLAGS) == []
+    assert withheld_features(ZEN4, None) == []
 
 
 @pytest.mark.parametrize("text", [None, "", "llvm", "host", "  LLVM "])

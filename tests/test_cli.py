@@ -226,8 +226,9 @@ def test_a_users_tvmscript_file_is_tuned_and_checked_against_its_unscheduled_pro
     source = get_workload("matmul", {"M": 64, "N": 64, "K": 64}).func.script()
     (tmp_path / "mm.py").write_text("from tvm.script import tirx as T\n\n" + source)
     result = autosched(
-        "tune", "--file", "mm.py", "--trials", "4", "--batch", "4", "--json", cwd=tmp_path
-    )
+        "tune", "--file", "mm.py", "--trials", "4", "--batch", "4", "--finalists", "0", "--json",
+        cwd=tmp_path,
+    )  # fmt: skip
     report = json.loads(result.stdout)
     assert report["workload"] == "mm" and report["trials"] == 4
     assert report["best_latency_us"] < report["baseline_latency_us"]
@@ -252,6 +253,8 @@ def test_tune_and_log_through_a_database_url(db_url: str, tmp_path: Path) -> Non
         "3",
         "--batch",
         "3",
+        "--finalists",
+        "0",
         "--db",
         db_url,
         "--json",

@@ -142,9 +142,15 @@ def test_a_job_records_the_version_it_started_from(tmp_path: Path) -> None:
         model = train_shared(log, FAMILY, evaluate=False).model
         measurer = LocalMeasurer(target, fast)
         try:
-            warm = tune(workload, target, log, measurer, TuneOptions(trials=4, batch_size=4))
+            warm = tune(
+                workload, target, log, measurer, TuneOptions(trials=4, batch_size=4, finalists=0)
+            )
             cold = tune(
-                workload, target, log, measurer, TuneOptions(trials=4, batch_size=4, warm=False)
+                workload,
+                target,
+                log,
+                measurer,
+                TuneOptions(trials=4, batch_size=4, warm=False, finalists=0),
             )
         finally:
             measurer.close()

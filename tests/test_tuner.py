@@ -76,7 +76,13 @@ def test_hanging_and_crashing_candidates_are_recorded_and_tuning_finishes(tmp_pa
     log = TuningLog(f"sqlite:///{tmp_path / 'log.db'}")
     measurer = SabotageMeasurer(target, {"crash": 1, "hang": 2})
     try:
-        report = tune(workload, target, log, measurer, TuneOptions(trials=6, batch_size=6, seed=3))
+        report = tune(
+            workload,
+            target,
+            log,
+            measurer,
+            TuneOptions(trials=6, batch_size=6, seed=3, finalists=0),
+        )
         records = log.records(*_ids(log, workload, target))
     finally:
         measurer.close()
@@ -174,7 +180,13 @@ def test_a_program_whose_epilogue_cannot_be_fused_is_still_tuned(tmp_path) -> No
     log = TuningLog(f"sqlite:///{tmp_path / 'log.db'}")
     measurer = FaultyMeasurer(target, FAST, {})
     try:
-        report = tune(workload, target, log, measurer, TuneOptions(trials=3, batch_size=3, seed=6))
+        report = tune(
+            workload,
+            target,
+            log,
+            measurer,
+            TuneOptions(trials=3, batch_size=3, seed=6, finalists=0),
+        )
     finally:
         measurer.close()
         log.close()

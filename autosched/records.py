@@ -7,6 +7,7 @@ They carry no TVM or SQL objects, so they travel between processes and over HTTP
 from __future__ import annotations
 
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from enum import Enum
@@ -202,6 +203,90 @@ class JobProgress:
     cost_model_id: int | None = None  # the shared cost model version its search started from
     stop_reason: str | None = None  # why it ended before spending its budget
     baseline_latency_secs: float | None = None  # the untuned program's, once measured
+
+
+@dataclass(frozen=True)
+class ModelTaskProgress:
+    """A task of a model job: its weight, the records of the log it reuses (0: it is tuned),
+    the rounds and trials its tuning jobs were given and have measured, its workload's best and
+    untuned latencies on the model's target, and why it keeps TVM's default schedule if it does
+    (its workload is not admitted, or its search failed)."""
+
+    position: int
+    name: str
+    weight: int
+    workload_key: str | None
+    reused_records: int
+    rounds: int
+    trials: int
+    best_secs: float | None
+    baseline_secs: float | None
+    default_schedule: str | None
+
+
+@dataclass(frozen=True)
+class ModelRoundRecord:
+    """A round of a model job: the tuning job of its task (a position) and, once that job
+    ended, what the task scheduler learnt from it (``recorded``)."""
+
+    id: int
+    position: int
+    task: int
+    job_id: int
+    trials: int
+    recorded: bool
+    measured: int
+    best_secs: float | None
+    task_finished: bool
+    problem: str | None
+
+
+@dataclass(frozen=True)
+class ModelJobProgress:
+    """A model job as its submitter follows it: its tasks and rounds, and the model's estimated
+    latency (the sum of weight x latency over the tasks whose untuned latency is known), with the
+    tasks' best schedules and untuned."""
+
+    id: int
+    name: str
+    target: TargetInfo
+    inputs: list[dict[str, Any]]
+    trials: int
+    batch_size: int
+    strategy: str
+    seed: int | None
+    status: JobStatus
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    reason: str | None
+    output_check: dict[str, Any] | None
+    tasks: tuple[ModelTaskProgress, ...]
+    rounds: tuple[ModelRoundRecord, ...]
+
+    @property
+    def trials_done(self) -> int:
+        return sum(task.trials for task in self.tasks)
+
+    @property
+    def estimated(self) -> list[ModelTaskProgress]:
+        return [task for task in self.tasks if task.baseline_secs is not None]
+
+    @property
+    def estimated_secs(self) -> float | None:
+        tasks = self.estimated
+        pairs = [(task.weight, task.best_secs or task.baseline_secs) for task in tasks]
+        return weighted_latency(pairs) if tasks else None
+
+    @property
+    def untuned_secs(self) -> float | None:
+        tasks = self.estimated
+        return weighted_latency([(t.weight, t.baseline_secs) for t in tasks]) if tasks else None
+
+
+def weighted_latency(tasks: Sequence[tuple[int, float | None]]) -> float:
+    """A model's estimated latency: the sum of weight x latency over its ``tasks``."""
+    return sum(weight * (latency or 0.0) for weight, latency in tasks)
 
 
 # The worker protocol's messages, in-process (``autosched.protocol`` has their wire form).

@@ -16,7 +16,6 @@ says why.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import tvm
@@ -190,11 +189,6 @@ def _unlegalized_ops(mod: tvm.IRModule) -> set[str]:
         if isinstance(func, relax.Function):
             relax.analysis.post_order_visit(func, visit)
     return left
-
-
-def weighted_latency(tasks: Sequence[tuple[int, float | None]]) -> float:
-    """The model's estimated latency: the sum of weight x latency over ``tasks``."""
-    return sum(weight * (latency or 0.0) for weight, latency in tasks)
 
 
 def _first_line(error: BaseException) -> str:

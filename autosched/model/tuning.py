@@ -6,6 +6,9 @@ only a model whose outputs match is recorded as tuned, with its tasks.
 
 A task MetaSchedule cannot schedule (its search fails, or nothing it measured ran correctly)
 keeps TVM's default schedule, and the report names it with the reason.
+
+The reuse rule (`plan_tasks`), the outcome of each task (`task_outcomes`) and the record of a
+tuned model (`record_tuned_model`) are also what the service's model jobs use.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from autosched.errors import Cancelled
@@ -30,12 +33,12 @@ from autosched.model.compile import (
 )
 from autosched.model.load import Model
 from autosched.model.scheduler import TaskScheduler
-from autosched.model.tasks import ModelTask, weighted_latency
+from autosched.model.tasks import ModelTask
+from autosched.records import weighted_latency
 from autosched.schedule import BASELINE_TRACE
 from autosched.search.registry import DEFAULT_STRATEGY
-from autosched.target import canonical_target
+from autosched.target import canonical_target, target_key
 from autosched.tuner import TuneOptions, tune
-from autosched.workload import Workload
 
 
 @dataclass(frozen=True)
@@ -127,6 +130,10 @@ class ModelTuneReport:
         }
 
 
+CANNOT_SCHEDULE = "MetaSchedule cannot schedule it"
+"""The start of the reason a task keeps the default schedule when its search failed."""
+
+
 RoundCallback = Callable[[str, int, int], None]
 """Called before each round: the task's name, its trials this round, the budget left."""
 
@@ -145,9 +152,8 @@ def tune_model(
     all, then compile the model with their best schedules, check its outputs and, when they
     match, record the model with its tasks in the log.
 
-    A task the log holds a verified best record of, with at least an even share of the budget
-    in records, is reused. Each round is its own job in the log, so an interrupted run keeps
-    every completed round.
+    Tasks the log tuned enough already are reused (see `plan_tasks`). Each round is its own job
+    in the log, so an interrupted run keeps every completed round.
 
     Raises:
         OutputMismatch: the compiled model's outputs differ from the framework's.
@@ -156,28 +162,15 @@ def tune_model(
     started = time.perf_counter()
     target = canonical_target(target)
     stored_target = ensure_target(log, target)
-    share = math.ceil(options.trials / max(1, len(tasks)))
-    reused: dict[int, int] = {}
-    failed: dict[int, str] = {}
-    baselines: dict[int, float | None] = {}
-    tunable: list[tuple[int, Workload]] = []
-    for index, task in enumerate(tasks):
-        if task.workload is None:
-            failed[index] = task.problem or "not admitted"
-            continue
-        stored, _ = ensure_subject(log, task.workload, target)
-        if log.best(stored.id, stored_target.id) is not None:
-            count = log.count_records(stored.id, stored_target.id)
-            if count >= share:
-                reused[index] = count
-                baselines[index] = _baseline_secs(log, stored.id, stored_target.id)
-                continue
-        tunable.append((index, task.workload))
+    plan = plan_tasks(log, tasks, target, options.trials)
+    failed = dict(plan.failed)
     scheduler = TaskScheduler(
-        [tasks[i].weight for i, _ in tunable], options.trials, options.batch_size
+        [tasks[i].weight for i in plan.tunable], options.trials, options.batch_size
     )
     while (planned := scheduler.next_round()) is not None:
-        index, workload = tunable[planned.index]
+        index = plan.tunable[planned.index]
+        workload = tasks[index].workload
+        assert workload is not None  # plan_tasks leaves tasks without a workload out
         if on_round is not None:
             on_round(tasks[index].name, planned.trials, scheduler.remaining)
         if stop is not None and stop.is_set():
@@ -201,44 +194,106 @@ def tune_model(
         except (Cancelled, KeyboardInterrupt):
             raise
         except Exception as error:  # MetaSchedule cannot search this task: default schedule
-            failed[index] = f"MetaSchedule cannot schedule it: {_first_line(error)}"
+            failed[index] = f"{CANNOT_SCHEDULE}: {_first_line(error)}"
             scheduler.finish(planned.index)
             continue
-        baselines[index] = report.baseline_latency_secs
         scheduler.record(planned.index, report.trials, report.best_latency_secs)
         if report.stop_reason is not None:
             scheduler.finish(planned.index)
-    schedules = best_schedules(log, tasks, target)
+    allocation = dict(zip(plan.tunable, scheduler.allocation, strict=True))
+    schedules, outcomes = task_outcomes(
+        log, tasks, target, failed=failed, allocation=allocation, reused=plan.reused
+    )
+    executable = compile_model(model, schedules, target)
+    check = check_outputs(model, executable, target)
+    report = ModelTuneReport(model.name, target, outcomes, check, time.perf_counter() - started)
+    record_tuned_model(log, model, stored_target.id, report)
+    return report
+
+
+@dataclass(frozen=True)
+class TaskPlan:
+    """What the reuse rule decided for each task of a model, by its index: the records of the
+    log it reuses (``reused``), why it keeps TVM's default schedule (``failed``: its workload is
+    not admitted), or that it is tuned (``tunable``, in task order)."""
+
+    reused: dict[int, int]
+    failed: dict[int, str]
+    tunable: list[int]
+
+
+def plan_tasks(log: TuningLog, tasks: Sequence[ModelTask], target: dict, trials: int) -> TaskPlan:
+    """Apply the reuse rule to ``tasks`` on ``target`` for a budget of ``trials``: a task the log
+    holds a verified best record of, with at least an even share of the budget in records (from
+    this model or another), is reused, not tuned again. Stores the tasks' workloads and the
+    target in the log."""
+    share = math.ceil(trials / max(1, len(tasks)))
+    stored_target = ensure_target(log, target)
+    plan = TaskPlan({}, {}, [])
+    for index, task in enumerate(tasks):
+        if task.workload is None:
+            plan.failed[index] = task.problem or "not admitted"
+            continue
+        stored, _ = ensure_subject(log, task.workload, target)
+        if log.best(stored.id, stored_target.id) is not None:
+            count = log.count_records(stored.id, stored_target.id)
+            if count >= share:
+                plan.reused[index] = count
+                continue
+        plan.tunable.append(index)
+    return plan
+
+
+def task_outcomes(
+    log: TuningLog,
+    tasks: Sequence[ModelTask],
+    target: dict,
+    *,
+    failed: Mapping[int, str],
+    allocation: Mapping[int, int],
+    reused: Mapping[int, int],
+) -> tuple[list[TaskSchedule], tuple[TaskOutcome, ...]]:
+    """The schedule each task compiles with (its best record in the log; a task in ``failed``
+    without one keeps the default schedule with that reason) and what became of it: the trials
+    it was given (``allocation``), the records it reused, its best and untuned latencies."""
+    stored_target = log.find_target(target_key(canonical_target(target)))
     schedules = [
         replace(schedule, reason=failed.get(i, schedule.reason))
         if schedule.record is None
         else schedule
-        for i, schedule in enumerate(schedules)
+        for i, schedule in enumerate(best_schedules(log, tasks, target))
     ]
-    executable = compile_model(model, schedules, target)
-    check = check_outputs(model, executable, target)
-    allocation = dict(zip((i for i, _ in tunable), scheduler.allocation, strict=True))
-    outcomes = tuple(
-        _outcome(task, schedule, allocation.get(i, 0), reused.get(i, 0), baselines.get(i))
-        for i, (task, schedule) in enumerate(zip(tasks, schedules, strict=True))
-    )
-    report = ModelTuneReport(model.name, target, outcomes, check, time.perf_counter() - started)
+    outcomes = []
+    for i, (task, schedule) in enumerate(zip(tasks, schedules, strict=True)):
+        stored = None if task.key is None else log.find_workload(task.key)
+        baseline = (
+            None
+            if stored is None or stored_target is None
+            else baseline_secs(log, stored.id, stored_target.id)
+        )
+        outcomes.append(_outcome(task, schedule, allocation.get(i, 0), reused.get(i, 0), baseline))
+    return schedules, tuple(outcomes)
+
+
+def record_tuned_model(
+    log: TuningLog, model: Model, target_id: int, report: ModelTuneReport
+) -> None:
+    """Record ``model`` as tuned for the target, with its tasks, once its outputs matched."""
     TunedModelStore(log).record(
         key=model.key,
         name=model.name,
         format=model.format.value,
         inputs=[spec.as_json() for spec in model.inputs],
-        target_id=stored_target.id,
+        target_id=target_id,
         estimated_secs=report.tuned_secs,
         untuned_secs=report.untuned_secs,
-        reference=check.reference,
-        max_abs_error=check.max_abs_error,
+        reference=report.check.reference,
+        max_abs_error=report.check.max_abs_error,
         tasks=[
             ModelTaskEntry(task.name, task.workload_key, task.weight, task.default_schedule)
-            for task in outcomes
+            for task in report.tasks
         ],
     )
-    return report
 
 
 def _outcome(
@@ -261,7 +316,7 @@ def _outcome(
     )
 
 
-def _baseline_secs(log: TuningLog, workload_id: int, target_id: int) -> float | None:
+def baseline_secs(log: TuningLog, workload_id: int, target_id: int) -> float | None:
     """The untuned program's latency as the log measured it."""
     for record in log.records(workload_id, target_id, ok_only=True):
         if record.trace_json == BASELINE_TRACE:

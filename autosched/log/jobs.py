@@ -170,14 +170,13 @@ class JobStore:
         """Queue a tuning job; an engine takes it up. Returns the job id."""
         stored_workload, stored_target = ensure_subject(self._log, workload, target)
         with self._sessions.begin() as session:
-            job = TuningJob(
-                workload_id=stored_workload.id,
-                target_id=stored_target.id,
+            job = queued_job(
+                stored_workload.id,
+                stored_target.id,
                 trials=trials,
                 batch_size=batch_size,
                 strategy=strategy,
                 seed=seed,
-                status=JobStatus.QUEUED.value,
             )
             session.add(job)
             session.flush()
@@ -451,6 +450,27 @@ class JobStore:
             cost_model_id=job.cost_model_id,
             stop_reason=job.stop_reason,
         )
+
+
+def queued_job(
+    workload_id: int,
+    target_id: int,
+    *,
+    trials: int,
+    batch_size: int,
+    strategy: str,
+    seed: int | None,
+) -> TuningJob:
+    """A service job to add to a session: queued, for an engine to take up."""
+    return TuningJob(
+        workload_id=workload_id,
+        target_id=target_id,
+        trials=trials,
+        batch_size=batch_size,
+        strategy=strategy,
+        seed=seed,
+        status=JobStatus.QUEUED.value,
+    )
 
 
 def _job(session: Session, job_id: int) -> TuningJob:

@@ -415,3 +415,78 @@ class TunedModelTask(Base):
     name: Mapped[Name]
     weight: Mapped[int]
     default_schedule: Mapped[str | None] = mapped_column(Text)
+
+
+class ModelJob(Base):
+    """A whole model submitted to the service for tuning (``autosched.log.model_jobs``): the
+    uploaded ONNX file itself (``onnx``, so that nothing depends on a server's memory), its inputs'
+    static shapes, the target and the trial budget its rounds share. ``status`` takes the values
+    of a tuning job's; ``reason`` says why it failed or stopped; ``output_check`` how its compiled
+    outputs compared with ONNX Runtime's, or why that check was not run."""
+
+    __tablename__ = "model_jobs"
+    __table_args__ = (
+        CheckConstraint(
+            "status IN ('queued', 'running', 'finished', 'interrupted', 'failed', 'cancelled')",
+            name="status",
+        ),
+        CheckConstraint("trials >= 0", name="trials"),
+        CheckConstraint("batch_size >= 1", name="batch_size"),
+    )
+
+    id: Mapped[IntPk]
+    name: Mapped[Name]
+    onnx: Mapped[bytes] = mapped_column(LargeBinary, deferred=True)
+    inputs: Mapped[JsonDict]
+    target_id: Mapped[int] = mapped_column(ForeignKey("targets.id"))
+    trials: Mapped[int]
+    batch_size: Mapped[int]
+    strategy: Mapped[Name]
+    seed: Mapped[int | None]
+    status: Mapped[str] = mapped_column(String(16))
+    created_at: Mapped[CreatedAt]
+    started_at: Mapped[datetime | None]
+    finished_at: Mapped[datetime | None]
+    reason: Mapped[str | None] = mapped_column(Text)
+    output_check: Mapped[JsonDict | None]
+
+
+class ModelJobTask(Base):
+    """A task of a model job, at ``position`` in the order of its extraction (heaviest first):
+    its workload (none for one the admission refused, whose ``default_schedule`` says why), its
+    weight, and the records of the log it reuses instead of being tuned (0: it is tuned)."""
+
+    __tablename__ = "model_job_tasks"
+    __table_args__ = (UniqueConstraint("model_job_id", "position"),)
+
+    id: Mapped[IntPk]
+    model_job_id: Mapped[int] = mapped_column(ForeignKey("model_jobs.id"), index=True)
+    position: Mapped[int]
+    name: Mapped[Name]
+    weight: Mapped[int]
+    workload_id: Mapped[int | None] = mapped_column(ForeignKey("workloads.id"))
+    default_schedule: Mapped[str | None] = mapped_column(Text)
+    reused_records: Mapped[int]
+
+
+class ModelJobRound(Base):
+    """A round of a model job: the tuning job (``job_id``) that tunes its task at ``task``
+    (a position) for ``trials`` trials. Once that job ended, what the task scheduler learnt from
+    it is kept (``recorded_at``): the trials it measured, the task's best latency then, and
+    whether the task gets no more rounds (``task_finished``, with ``problem`` when its search
+    failed)."""
+
+    __tablename__ = "model_job_rounds"
+    __table_args__ = (UniqueConstraint("model_job_id", "position"),)
+
+    id: Mapped[IntPk]
+    model_job_id: Mapped[int] = mapped_column(ForeignKey("model_jobs.id"), index=True)
+    position: Mapped[int]
+    task: Mapped[int]
+    job_id: Mapped[int] = mapped_column(ForeignKey("tuning_jobs.id"), unique=True)
+    trials: Mapped[int]
+    measured: Mapped[int | None]
+    best_secs: Mapped[float | None]
+    task_finished: Mapped[bool | None]
+    problem: Mapped[str | None] = mapped_column(Text)
+    recorded_at: Mapped[datetime | None]

@@ -1,0 +1,377 @@
+"""Model jobs of the service in the tuning log: an uploaded ONNX model, its tasks and its rounds,
+each round an ordinary tuning job of one task in the service's queue (``jobs``).
+
+Contract:
+    * Everything a model job's driver knows is here: the model file, which tasks are reused or
+      tuned, and what each ended round taught the task scheduler. A restarted server rebuilds
+      the scheduler from the rounds and goes on.
+    * A round is added with its tuning job in one transaction, at the next free position of its
+      model job; two drivers adding the same round add it once.
+    * A model job's status takes the values of a tuning job's; once final it never changes.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import func, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from autosched.errors import NotFound
+from autosched.log.jobs import JobStore, queued_job
+from autosched.log.models import (
+    BestRecord,
+    Candidate,
+    Measurement,
+    ModelJob,
+    ModelJobRound,
+    ModelJobTask,
+    Target,
+    Workload,
+    utcnow,
+)
+from autosched.log.store import TuningLog
+from autosched.records import (
+    JobStatus,
+    ModelJobProgress,
+    ModelRoundRecord,
+    ModelTaskProgress,
+    TargetInfo,
+)
+from autosched.schedule import BASELINE_TRACE
+
+_OPEN = (JobStatus.QUEUED.value, JobStatus.RUNNING.value)
+
+
+@dataclass(frozen=True)
+class ModelJobTaskEntry:
+    """A task of a submitted model: its name, weight, workload key (None when not admitted, with
+    ``default_schedule`` saying why) and the records of the log it reuses (0: it is tuned)."""
+
+    name: str
+    weight: int
+    workload_key: str | None
+    default_schedule: str | None
+    reused_records: int
+
+
+@dataclass(frozen=True)
+class RoundResult:
+    """What an ended round taught the task scheduler: the trials its job measured, the task's
+    best latency then, and whether the task gets no more rounds (with ``problem`` when its search
+    failed)."""
+
+    measured: int
+    best_secs: float | None
+    task_finished: bool
+    problem: str | None = None
+
+
+class ModelJobStore:
+    """The model jobs of ``log``: every method is one transaction on its database."""
+
+    def __init__(self, log: TuningLog) -> None:
+        self._log = log
+        self._sessions = log.sessions
+
+    def submit(
+        self,
+        *,
+        name: str,
+        onnx: bytes,
+        inputs: list[dict[str, Any]],
+        target_id: int,
+        trials: int,
+        batch_size: int,
+        strategy: str,
+        seed: int | None,
+        tasks: Sequence[ModelJobTaskEntry],
+    ) -> int:
+        """Store a queued model job with its file and tasks; returns its id. The tasks'
+        workloads and the target must be stored already."""
+        with self._sessions.begin() as session:
+            job = ModelJob(
+                name=name,
+                onnx=onnx,
+                inputs={"inputs": inputs},
+                target_id=target_id,
+                trials=trials,
+                batch_size=batch_size,
+                strategy=strategy,
+                seed=seed,
+                status=JobStatus.QUEUED.value,
+            )
+            session.add(job)
+            session.flush()
+            keys = [task.workload_key for task in tasks if task.workload_key is not None]
+            ids = {
+                key: workload_id
+                for key, workload_id in session.execute(
+                    select(Workload.key, Workload.id).where(Workload.key.in_(keys))
+                )
+            }
+            session.add_all(
+                ModelJobTask(
+                    model_job_id=job.id,
+                    position=position,
+                    name=task.name,
+                    weight=task.weight,
+                    workload_id=None if task.workload_key is None else ids[task.workload_key],
+                    default_schedule=task.default_schedule,
+                    reused_records=task.reused_records,
+                )
+                for position, task in enumerate(tasks)
+            )
+            return job.id
+
+    def unfinished(self) -> list[int]:
+        """The ids of the model jobs that are queued or running, oldest first."""
+        with self._sessions.begin() as session:
+            query = select(ModelJob.id).where(ModelJob.status.in_(_OPEN)).order_by(ModelJob.id)
+            return list(session.scalars(query).all())
+
+    def start(self, model_id: int) -> None:
+        """Mark a queued model job as running."""
+        with self._sessions.begin() as session:
+            session.execute(
+                update(ModelJob)
+                .where(ModelJob.id == model_id, ModelJob.status == JobStatus.QUEUED.value)
+                .values(status=JobStatus.RUNNING.value, started_at=utcnow())
+            )
+
+    def onnx(self, model_id: int) -> bytes:
+        """The model job's uploaded ONNX file. Raises NotFound if there is no such model job."""
+        with self._sessions.begin() as session:
+            data = session.scalar(select(ModelJob.onnx).where(ModelJob.id == model_id))
+            if data is None:
+                raise NotFound(f"no model job with id {model_id}")
+            return data
+
+    def add_round(self, model_id: int, *, position: int, task: int, trials: int) -> int | None:
+        """Queue the tuning job of round ``position`` of a running model job, which tunes its
+        task at ``task`` for ``trials`` trials in one batch; returns the job's id, or None when
+        the model job is not running or the round was added already."""
+        try:
+            with self._sessions.begin() as session:
+                model = _model_job(session, model_id)
+                workload_id = session.scalar(
+                    select(ModelJobTask.workload_id).where(
+                        ModelJobTask.model_job_id == model_id, ModelJobTask.position == task
+                    )
+                )
+                if model.status != JobStatus.RUNNING.value or workload_id is None:
+                    return None
+                job = queued_job(
+                    workload_id,
+                    model.target_id,
+                    trials=trials,
+                    batch_size=trials,
+                    strategy=model.strategy,
+                    seed=model.seed,
+                )
+                session.add(job)
+                session.flush()
+                session.add(
+                    ModelJobRound(
+                        model_job_id=model_id,
+                        position=position,
+                        task=task,
+                        job_id=job.id,
+                        trials=trials,
+                    )
+                )
+                return job.id
+        except IntegrityError:  # another driver added this round first
+            return None
+
+    def record_round(self, round_id: int, result: RoundResult) -> None:
+        """Keep what an ended round taught the task scheduler; a round recorded already keeps
+        its first record."""
+        with self._sessions.begin() as session:
+            session.execute(
+                update(ModelJobRound)
+                .where(ModelJobRound.id == round_id, ModelJobRound.recorded_at.is_(None))
+                .values(
+                    measured=result.measured,
+                    best_secs=result.best_secs,
+                    task_finished=result.task_finished,
+                    problem=result.problem,
+                    recorded_at=utcnow(),
+                )
+            )
+
+    def end(
+        self,
+        model_id: int,
+        status: JobStatus,
+        *,
+        reason: str | None = None,
+        output_check: dict[str, Any] | None = None,
+    ) -> bool:
+        """End a model job that has not ended yet with a final status, why (if it fell short)
+        and its output check; False if it had ended already.
+
+        Raises:
+            ValueError: ``status`` is not final.
+        """
+        if not status.final:
+            raise ValueError(f"a model job ends with a final status, not {status.name}")
+        with self._sessions.begin() as session:
+            ended = session.execute(
+                update(ModelJob)
+                .where(ModelJob.id == model_id, ModelJob.status.in_(_OPEN))
+                .values(
+                    status=status.value,
+                    finished_at=utcnow(),
+                    reason=reason,
+                    output_check=output_check,
+                )
+            )
+            return ended.rowcount > 0
+
+    def cancel(self, model_id: int) -> ModelJobProgress:
+        """Stop a model job and its round's tuning job; one that already ended keeps its status.
+
+        Raises NotFound if there is no such model job.
+        """
+        progress = self.progress(model_id)
+        if self.end(model_id, JobStatus.CANCELLED):
+            jobs = JobStore(self._log)
+            for round_ in progress.rounds:
+                if not round_.recorded:
+                    jobs.cancel(round_.job_id)
+        return self.progress(model_id)
+
+    def progress(self, model_id: int) -> ModelJobProgress:
+        """A model job with its tasks and rounds. Raises NotFound if there is no such job."""
+        with self._sessions.begin() as session:
+            return _progress(session, _model_job(session, model_id))
+
+    def page(self, *, limit: int, offset: int) -> tuple[list[ModelJobProgress], int]:
+        """A page of model jobs, newest first, and how many there are in all."""
+        with self._sessions.begin() as session:
+            total = session.scalar(select(func.count(ModelJob.id))) or 0
+            rows = session.scalars(
+                select(ModelJob).order_by(ModelJob.id.desc()).limit(limit).offset(offset)
+            ).all()
+            return [_progress(session, row) for row in rows], total
+
+
+def _model_job(session: Session, model_id: int) -> ModelJob:
+    job = session.get(ModelJob, model_id)
+    if job is None:
+        raise NotFound(f"no model job with id {model_id}")
+    return job
+
+
+def _progress(session: Session, job: ModelJob) -> ModelJobProgress:
+    target = session.get(Target, job.target_id)
+    assert target is not None
+    rounds = [
+        ModelRoundRecord(
+            id=row.id,
+            position=row.position,
+            task=row.task,
+            job_id=row.job_id,
+            trials=row.trials,
+            recorded=row.recorded_at is not None,
+            measured=row.measured or 0,
+            best_secs=row.best_secs,
+            task_finished=bool(row.task_finished),
+            problem=row.problem,
+        )
+        for row in session.scalars(
+            select(ModelJobRound)
+            .where(ModelJobRound.model_job_id == job.id)
+            .order_by(ModelJobRound.position)
+        )
+    ]
+    measured: dict[int, int] = {
+        task: count
+        for task, count in session.execute(
+            select(ModelJobRound.task, func.count(Measurement.id))
+            .join(Candidate, Candidate.job_id == ModelJobRound.job_id)
+            .join(Measurement, Measurement.candidate_id == Candidate.id)
+            .where(
+                ModelJobRound.model_job_id == job.id,
+                Candidate.trace_json != BASELINE_TRACE,
+                Measurement.imported_at.is_(None),
+            )
+            .group_by(ModelJobRound.task)
+        )
+    }
+    rounds_of: dict[int, list[ModelRoundRecord]] = defaultdict(list)
+    for round_ in rounds:
+        rounds_of[round_.task].append(round_)
+    tasks = []
+    for task, key in session.execute(
+        select(ModelJobTask, Workload.key)
+        .outerjoin(Workload, Workload.id == ModelJobTask.workload_id)
+        .where(ModelJobTask.model_job_id == job.id)
+        .order_by(ModelJobTask.position)
+    ):
+        problem = next((r.problem for r in rounds_of[task.position] if r.problem), None)
+        tasks.append(
+            ModelTaskProgress(
+                position=task.position,
+                name=task.name,
+                weight=task.weight,
+                workload_key=key,
+                reused_records=task.reused_records,
+                rounds=len(rounds_of[task.position]),
+                trials=measured.get(task.position, 0),
+                best_secs=_best_secs(session, task.workload_id, job.target_id),
+                baseline_secs=_baseline_secs(session, task.workload_id, job.target_id),
+                default_schedule=task.default_schedule or problem,
+            )
+        )
+    return ModelJobProgress(
+        id=job.id,
+        name=job.name,
+        target=TargetInfo(target.id, target.key, target.kind, target.target_json),
+        inputs=list(job.inputs.get("inputs", [])),
+        trials=job.trials,
+        batch_size=job.batch_size,
+        strategy=job.strategy,
+        seed=job.seed,
+        status=JobStatus(job.status),
+        created_at=job.created_at,
+        started_at=job.started_at,
+        finished_at=job.finished_at,
+        reason=job.reason,
+        output_check=job.output_check,
+        tasks=tuple(tasks),
+        rounds=tuple(rounds),
+    )
+
+
+def _best_secs(session: Session, workload_id: int | None, target_id: int) -> float | None:
+    if workload_id is None:
+        return None
+    return session.scalar(
+        select(BestRecord.median_secs).where(
+            BestRecord.workload_id == workload_id, BestRecord.target_id == target_id
+        )
+    )
+
+
+def _baseline_secs(session: Session, workload_id: int | None, target_id: int) -> float | None:
+    """The untuned program's latency, measured by any job of the workload on the target."""
+    if workload_id is None:
+        return None
+    return session.scalar(
+        select(Measurement.median_secs)
+        .join(Candidate, Candidate.id == Measurement.candidate_id)
+        .where(
+            Candidate.workload_id == workload_id,
+            Candidate.target_id == target_id,
+            Candidate.trace_json == BASELINE_TRACE,
+            Measurement.median_secs.is_not(None),
+        )
+        .order_by(Measurement.id)
+        .limit(1)
+    )

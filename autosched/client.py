@@ -9,6 +9,7 @@ records only: no SQL, no TVM.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 from urllib.parse import quote
@@ -25,6 +26,9 @@ from autosched.protocol import (
     JobsPublic,
     LeasePublic,
     LeaseRequest,
+    ModelJobCreate,
+    ModelJobPublic,
+    ModelJobsPublic,
     RecordsPublic,
     ReleasePublic,
     ReportOutcomePublic,
@@ -37,6 +41,7 @@ from autosched.protocol import (
 from autosched.records import Lease, ReportedResult, ReportOutcome
 
 API = "/api/v1"
+UPLOAD_TIMEOUT_SECS = 600.0  # a model upload is answered once its tasks are extracted
 _REFUSALS: dict[int, type[UserError]] = {404: NotFound, 409: Conflict}
 _Model = TypeVar("_Model", bound=BaseModel)
 
@@ -133,6 +138,44 @@ class ServiceClient:
         params = {"workload": workload, "target": target, "limit": limit, "offset": offset}
         return _parse(RecordsPublic, self._send("GET", f"{API}/records", params=params))
 
+    # Whole models (client tokens).
+
+    def submit_model(self, path: Path, fields: ModelJobCreate) -> ModelJobPublic:
+        """Upload the ONNX file at ``path`` as a model job with ``fields``; the server imports
+        it and extracts its tasks before it answers.
+
+        Raises:
+            UserError: the file cannot be read, or the server refuses it.
+        """
+        try:
+            content = path.read_bytes()
+        except OSError as error:
+            raise UserError(f"cannot read model file {path}: {error.strerror or error}") from None
+        response = self._send(
+            "POST",
+            f"{API}/models",
+            files={"file": (path.name, content, "application/octet-stream")},
+            form=fields.model_dump(mode="json", exclude_none=True),
+            timeout=UPLOAD_TIMEOUT_SECS,
+        )
+        return _parse(ModelJobPublic, response)
+
+    def models(self, *, limit: int = 100, offset: int = 0) -> ModelJobsPublic:
+        params = {"limit": limit, "offset": offset}
+        return _parse(ModelJobsPublic, self._send("GET", f"{API}/models", params=params))
+
+    def model(self, model_id: int) -> ModelJobPublic:
+        return _parse(ModelJobPublic, self._send("GET", f"{API}/models/{model_id}"))
+
+    def cancel_model(self, model_id: int) -> ModelJobPublic:
+        return _parse(ModelJobPublic, self._send("POST", f"{API}/models/{model_id}/cancel"))
+
+    def model_library(self, model_id: int, target: str | None = None) -> bytes:
+        """The model job's model compiled with the best schedules, as a Relax VM library."""
+        params = {} if target is None else {"target": target}
+        path = f"{API}/models/{model_id}/library"
+        return self._send("GET", path, params=params, timeout=UPLOAD_TIMEOUT_SECS).content
+
     # The worker protocol (worker tokens); the signatures are LeaseQueue's.
 
     def register_worker(self, *, name: str, target: dict, fingerprint: dict) -> int:
@@ -168,12 +211,23 @@ class ServiceClient:
         *,
         body: BaseModel | None = None,
         params: dict[str, Any] | None = None,
+        files: dict[str, tuple[str, bytes, str]] | None = None,
+        form: dict[str, Any] | None = None,
+        timeout: float | None = None,
     ) -> httpx.Response:
         content = None if body is None else body.model_dump_json()
         headers = {} if body is None else {"Content-Type": "application/json"}
+        extra: dict[str, Any] = {} if timeout is None else {"timeout": timeout}
         try:
             response = self._http.request(
-                method, path, content=content, headers=headers, params=params
+                method,
+                path,
+                content=content,
+                headers=headers,
+                params=params,
+                files=files,
+                data=form,
+                **extra,
             )
         except httpx.TransportError as error:
             reason = " ".join(str(error).split()) or type(error).__name__

@@ -1,7 +1,8 @@
 """Errors that reach the user as one clear line: exit code 2 on the CLI, a 4xx over HTTP.
 
 The service maps them to HTTP in one place (``autosched.server.api.app``): ``UserError`` is a
-422, ``NotFound`` a 404 and ``Conflict`` a 409. Code below the routes raises these, never HTTP.
+422, ``NotFound`` a 404, ``Conflict`` a 409 and ``TooLarge`` a 413. Code below the routes raises
+these, never HTTP.
 """
 
 
@@ -22,6 +23,10 @@ class Forbidden(UserError):
 
 class Conflict(UserError):
     """The request is valid but the state of things refuses it (e.g. a name that means several)."""
+
+
+class TooLarge(UserError):
+    """What the request sends is over a limit of the server (an uploaded model file)."""
 
 
 class Cancelled(Exception):

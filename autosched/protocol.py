@@ -31,6 +31,8 @@ from autosched.records import (
     Lease,
     LeasedCandidate,
     MeasureResult,
+    ModelJobProgress,
+    ModelTaskProgress,
     RecordView,
     ReportedResult,
     ReportOutcome,
@@ -259,6 +261,139 @@ class JobMeasurementsPublic(BaseModel):
     all."""
 
     data: list[JobMeasurementPublic]
+    count: int
+
+
+# Whole models.
+
+
+class ModelJobCreate(_Request):
+    """The form fields of a model upload, sent as multipart/form-data beside the ONNX ``file``.
+
+    ``inputs`` fix the shapes the file leaves open (``NAME=DIMxDIM...[:DTYPE]``, one field per
+    input); ``target`` is a kind (the exact target of its live workers) or target JSON; the
+    ``trials`` are split across the model's tasks in rounds of at most ``batch_size``. Other
+    fields are refused, so a misspelt one is an error rather than a default.
+    """
+
+    file: Any = Field(
+        None,
+        exclude=True,
+        description="The ONNX file: the form's file part, which the route reads itself.",
+        json_schema_extra={"type": "string", "format": "binary"},
+    )
+    inputs: list[Annotated[str, Field(min_length=1, max_length=256)]] = Field(
+        default_factory=list, max_length=64
+    )
+    target: str = Field("llvm", min_length=1, max_length=4096)
+    trials: int = Field(64, ge=1, le=MAX_TRIALS)
+    batch_size: int = Field(16, ge=1, le=MAX_BATCH)
+    strategy: Strategy = DEFAULT_STRATEGY
+    seed: int | None = Field(None, ge=0, le=MAX_ID)
+
+
+class ModelTaskPublic(BaseModel):
+    """A task of a model job: a fused kernel, its weight (calls per run of the model), the
+    records it reuses instead of being tuned, its rounds and the trials they measured (its share
+    of the budget), its best and untuned latencies, and why it keeps TVM's default schedule if
+    it does."""
+
+    position: int
+    name: str
+    weight: int
+    workload_key: str | None
+    reused_records: int
+    rounds: int
+    trials: int
+    best_latency_secs: float | None
+    untuned_latency_secs: float | None
+    default_schedule: str | None
+
+    @classmethod
+    def of(cls, task: ModelTaskProgress) -> ModelTaskPublic:
+        return cls(
+            position=task.position,
+            name=task.name,
+            weight=task.weight,
+            workload_key=task.workload_key,
+            reused_records=task.reused_records,
+            rounds=task.rounds,
+            trials=task.trials,
+            best_latency_secs=task.best_secs,
+            untuned_latency_secs=task.baseline_secs,
+            default_schedule=task.default_schedule,
+        )
+
+
+class OutputCheckPublic(BaseModel):
+    """How the compiled model's outputs compared with ``reference``'s on random inputs; when
+    the check was not run (the server cannot run the target), ``reason`` says why."""
+
+    ran: bool
+    reference: str
+    outputs: int | None = None
+    max_abs_error: float | None = None
+    reason: str | None = None
+
+
+class ModelJobPublic(BaseModel):
+    """A model job: its tasks and the split of its budget, and the model's estimated latency (the
+    sum of weight x latency over the tasks whose untuned latency is known) tuned and untuned."""
+
+    id: int
+    name: str
+    target: TargetPublic
+    inputs: list[dict[str, Any]]
+    status: JobStatus
+    trials: int
+    trials_done: int
+    batch_size: int
+    strategy: str
+    seed: int | None
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    reason: str | None = Field(description="Why it failed or stopped, if it did.")
+    estimated_latency_secs: float | None
+    untuned_latency_secs: float | None
+    rounds: int
+    round_job_id: int | None = Field(description="The tuning job of its current round.")
+    output_check: OutputCheckPublic | None
+    tasks: list[ModelTaskPublic]
+
+    @classmethod
+    def of(cls, job: ModelJobProgress) -> ModelJobPublic:
+        current = next((r.job_id for r in job.rounds if not r.recorded), None)
+        return cls(
+            id=job.id,
+            name=job.name,
+            target=TargetPublic.of(job.target),
+            inputs=job.inputs,
+            status=job.status,
+            trials=job.trials,
+            trials_done=job.trials_done,
+            batch_size=job.batch_size,
+            strategy=job.strategy,
+            seed=job.seed,
+            created_at=job.created_at,
+            started_at=job.started_at,
+            finished_at=job.finished_at,
+            reason=job.reason,
+            estimated_latency_secs=job.estimated_secs,
+            untuned_latency_secs=job.untuned_secs,
+            rounds=len(job.rounds),
+            round_job_id=current if not job.status.final else None,
+            output_check=None
+            if job.output_check is None
+            else OutputCheckPublic.model_validate(job.output_check),
+            tasks=[ModelTaskPublic.of(task) for task in job.tasks],
+        )
+
+
+class ModelJobsPublic(BaseModel):
+    """A page of model jobs, newest first; ``count`` is the number in all."""
+
+    data: list[ModelJobPublic]
     count: int
 
 
@@ -644,8 +779,8 @@ PROBLEMS: dict[int | str, dict[str, Any]] = {
         401: "No bearer token, or an unknown or revoked one (WWW-Authenticate: Bearer).",
         403: "A token of the other role, or another worker's token.",
         404: "What the request names is not in the tuning log.",
-        409: "A target kind with no live worker, or several targets.",
-        413: "A body over the server's limit.",
+        409: "A target kind with no live worker, or several targets; a model job that failed.",
+        413: "A body, or an uploaded model file, over the server's limit.",
         422: "Bad input: a body or parameter that does not validate, or a program not admitted.",
         503: "The tuning log's database is unreachable; retry after Retry-After seconds.",
     }.items()

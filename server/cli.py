@@ -10,7 +10,7 @@ import json
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias
 
 import typer
 from rich.console import Console, Group
@@ -18,6 +18,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from autosched.cli.models import InputOpt
 from autosched.cli.options import (
     DEFAULT_SERVER,
     DbOpt,
@@ -26,14 +27,16 @@ from autosched.cli.options import (
     ParamOpt,
     ServerOpt,
     TokenOpt,
-    WorkloadArg,
 )
 from autosched.errors import UserError
+from autosched.model import SERVICE_REFUSALS, is_model_file
 from autosched.search.registry import DEFAULT_STRATEGY, STRATEGY_HELP
 
 if TYPE_CHECKING:
     from autosched.client import ServiceClient
-    from autosched.protocol import JobPublic, JobsPublic
+    from autosched.protocol import JobPublic, JobsPublic, ModelJobPublic, ModelJobsPublic
+
+    Shown: TypeAlias = JobPublic | JobsPublic | ModelJobPublic | ModelJobsPublic
     from autosched.server.api.app import ServiceFactory
     from autosched.server.settings import Settings
 
@@ -43,6 +46,14 @@ JobTargetOpt = Annotated[
         "--target",
         help='"llvm" or "cuda": the exact target of the service\'s workers of that kind; '
         "or target JSON.",
+    ),
+]
+
+SubmitArg = Annotated[
+    str,
+    typer.Argument(
+        help="A built-in workload (`autosched workloads`), or an ONNX model file (.onnx) whose "
+        "tasks the service tunes as one model job."
     ),
 ]
 
@@ -85,13 +96,15 @@ def serve(
 
 
 def _background(settings: Settings, local_worker: bool) -> list[ServiceFactory]:
-    """The services `serve` runs beside the API: the search engine, the trainer of the shared
-    cost models, and maybe a local worker."""
+    """The services `serve` runs beside the API: the search engine, the driver of the model
+    jobs, the trainer of the shared cost models, and maybe a local worker."""
     from autosched.server.engine import Engine
+    from autosched.server.models import ModelDriver
     from autosched.server.trainer import ModelTrainer
 
     services: list[ServiceFactory] = [
         lambda stores: Engine(stores.log, claim_secs=settings.claim_secs),
+        lambda stores: ModelDriver(stores.log),
         lambda stores: ModelTrainer(stores.log),
     ]
     if local_worker:
@@ -118,12 +131,15 @@ def engine(db: DbOpt = None) -> None:
 
 
 def submit(
-    workload: WorkloadArg = "matmul",
+    workload: SubmitArg = "matmul",
     param: ParamOpt = None,
     file: FileOpt = None,
     target: JobTargetOpt = "llvm",
     trials: Annotated[int, typer.Option(min=1, max=100_000, help="New measurements.")] = 64,
-    batch: Annotated[int, typer.Option(min=1, max=4096, help="Candidates per batch.")] = 64,
+    batch: Annotated[
+        int | None,
+        typer.Option(min=1, max=4096, help="Candidates per batch [64; a model's rounds: 16]."),
+    ] = None,
     seed: Annotated[
         int | None, typer.Option(min=0, max=2**31 - 1, help="Seed for a reproducible search.")
     ] = None,
@@ -131,17 +147,43 @@ def submit(
     server: ServerOpt = DEFAULT_SERVER,
     token: TokenOpt = None,
     as_json: JsonOpt = False,
+    model_input: InputOpt = None,
 ) -> None:
-    """Submit a tuning job to an autosched server and print its id."""
+    """Submit a tuning job, or an ONNX model as a model job, to an autosched server and print
+    its id."""
     from pydantic import ValidationError
 
-    from autosched.protocol import JobCreate, problem_line
+    from autosched.protocol import JobCreate, ModelJobCreate, problem_line
 
+    if is_model_file(workload):
+        if param or file is not None:
+            raise UserError("-p and --file describe a workload; a model file takes --input")
+        refused = SERVICE_REFUSALS.get(Path(workload).suffix)
+        if refused is not None:
+            raise UserError(f"{workload}: {refused}")
+        document: dict[str, Any] = {
+            "inputs": model_input or [],
+            "target": target.strip(),
+            "trials": trials,
+            "batch_size": batch or 16,
+            "seed": seed,
+            "strategy": strategy,
+        }
+        try:
+            fields = ModelJobCreate.model_validate(document)
+        except ValidationError as error:
+            raise UserError(problem_line(error.errors())) from None
+        with _client(server, token) as client:
+            model = client.submit_model(Path(workload), fields)
+        print(model.model_dump_json() if as_json else model.id)
+        return
+    if model_input:
+        raise UserError("--input sets a model file's input shapes; a workload takes -p")
     document = {
         "workload": _workload_document(workload, param, file),
         "target": _target_document(target),
         "trials": trials,
-        "batch_size": batch,
+        "batch_size": batch or 64,
         "seed": seed,
         "strategy": strategy,
     }
@@ -197,6 +239,12 @@ def status(
     job: Annotated[
         int | None, typer.Argument(help="A job id; the latest jobs if left out.")
     ] = None,
+    model: Annotated[
+        int | None,
+        typer.Option(
+            "--model", min=1, help="A model job's id: its tasks and the split of its budget."
+        ),
+    ] = None,
     watch: Annotated[
         bool, typer.Option("--watch", help="Refresh live until the job ends (Ctrl-C to leave).")
     ] = False,
@@ -208,12 +256,17 @@ def status(
     token: TokenOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Show a job's progress (status, trials, best latency, curve), or list the latest jobs."""
+    """Show a job's progress (status, trials, best latency, curve), a model job's (--model), or
+    list the latest jobs and model jobs."""
     if watch and as_json:
         raise UserError("--watch shows a live view; leave out --json")
+    if job is not None and model is not None:
+        raise UserError("give a job id or --model, not both")
     with _client(server, token) as client:
 
-        def fetch() -> JobPublic | JobsPublic:
+        def fetch() -> Shown:
+            if model is not None:
+                return client.model(model)
             return client.jobs(limit=limit) if job is None else client.job(job)
 
         if as_json:
@@ -222,9 +275,11 @@ def status(
             _watch(fetch, interval)
         else:
             _out.print(_render(fetch()))
+            if job is None and model is None and (models := client.models(limit=limit)).data:
+                _out.print(_render(models))
 
 
-def _watch(fetch: Callable[[], JobPublic | JobsPublic], interval: float) -> None:
+def _watch(fetch: Callable[[], Shown], interval: float) -> None:
     """Refresh until the job ends (a list, until Ctrl-C): in place on a terminal; in a log, a new
     view each time something changed."""
     current = fetch()
@@ -243,18 +298,22 @@ def _watch(fetch: Callable[[], JobPublic | JobsPublic], interval: float) -> None
             _out.print(_render(current))
 
 
-def _ended(current: JobPublic | JobsPublic) -> bool:
-    """Whether a watched job has ended; a list of jobs never does."""
-    from autosched.protocol import JobPublic
+def _ended(current: Shown) -> bool:
+    """Whether a watched job or model job has ended; a list never does."""
+    from autosched.protocol import JobPublic, ModelJobPublic
 
-    return isinstance(current, JobPublic) and current.status.final
+    return isinstance(current, JobPublic | ModelJobPublic) and current.status.final
 
 
-def _render(current: JobPublic | JobsPublic) -> Table | Group:
-    from autosched.protocol import JobPublic
+def _render(current: Shown) -> Table | Group:
+    from autosched.protocol import JobPublic, ModelJobPublic, ModelJobsPublic
 
     if isinstance(current, JobPublic):
         return _render_job(current)
+    if isinstance(current, ModelJobPublic):
+        return _render_model(current)
+    if isinstance(current, ModelJobsPublic):
+        return _render_models(current)
     table = Table("job", "workload", "target", "status", "trials", "failed", "best", "submitted")
     for job in current.data:
         table.add_row(
@@ -289,12 +348,72 @@ def _render_job(job: JobPublic) -> Group:
     return Group(table, Text(f"best so far (trials: latency)  {curve or '-'}"))
 
 
+def _render_model(model: ModelJobPublic) -> Group:
+    summary = Table(show_header=False, box=None)
+    summary.add_row("model job", f"{model.id} ({model.name})")
+    summary.add_row("target", f"{_target_text(model)} ({model.target.key})")
+    summary.add_row("status", model.status.value)
+    if model.reason is not None:
+        summary.add_row("reason", model.reason)
+    current = "" if model.round_job_id is None else f"; this round: job {model.round_job_id}"
+    summary.add_row(
+        "trials", f"{model.trials_done}/{model.trials} measured in {model.rounds} rounds{current}"
+    )
+    estimated = [task for task in model.tasks if task.untuned_latency_secs is not None]
+    summary.add_row(
+        "estimated latency",
+        f"{_latency(model.estimated_latency_secs)} tuned, "
+        f"{_latency(model.untuned_latency_secs)} untuned "
+        f"(over {len(estimated)} of {len(model.tasks)} tasks)",
+    )
+    check = model.output_check
+    if check is not None:
+        summary.add_row(
+            "output check",
+            f"outputs match {check.reference} (max abs error {check.max_abs_error:.2g})"
+            if check.ran and check.reason is None
+            else f"{'failed' if check.ran else 'not run'}: {check.reason}",
+        )
+    tasks = Table("task", "weight", "trials", "rounds", "reused", "best", "untuned", "schedule")
+    for task in model.tasks:
+        tasks.add_row(
+            task.name,
+            str(task.weight),
+            str(task.trials),
+            str(task.rounds),
+            str(task.reused_records),
+            _latency(task.best_latency_secs),
+            _latency(task.untuned_latency_secs),
+            "tuned" if task.default_schedule is None else f"default: {task.default_schedule}",
+        )
+    return Group(summary, tasks)
+
+
+def _render_models(models: ModelJobsPublic) -> Table:
+    table = Table(
+        "model job", "name", "target", "status", "trials", "tuned", "untuned", "submitted"
+    )
+    for model in models.data:
+        table.add_row(
+            str(model.id),
+            model.name,
+            _target_text(model),
+            model.status.value,
+            f"{model.trials_done}/{model.trials}",
+            _latency(model.estimated_latency_secs),
+            _latency(model.untuned_latency_secs),
+            f"{model.created_at:%Y-%m-%d %H:%M:%S}",
+        )
+    table.caption = f"{len(models.data)} of {models.count} model jobs (autosched status --model ID)"
+    return table
+
+
 def _workload_text(job: JobPublic) -> str:
     params = " ".join(f"{k}={v}" for k, v in job.workload.params.items())
     return f"{job.workload.name} {params}".strip()
 
 
-def _target_text(job: JobPublic) -> str:
+def _target_text(job: JobPublic | ModelJobPublic) -> str:
     config = job.target.target_json
     detail = config.get("mcpu") or config.get("arch")
     return f"{job.target.kind} {detail}" if detail else job.target.kind

@@ -45,6 +45,9 @@ class Settings(BaseSettings):
     port: int = Field(8000, ge=1, le=65535, description="Port to listen on.")
     no_auth: bool = Field(False, description="Serve without tokens (loopback hosts only).")
     max_body_bytes: int = Field(1 << 20, ge=1024, description="Largest request body accepted.")
+    max_model_bytes: int = Field(
+        64 << 20, ge=1024, description="Largest model file a model upload may send."
+    )
     lease_secs: float = Field(60.0, gt=0, description="How long a lease holds unheard.")
     worker_timeout_secs: float = Field(60.0, gt=0, description="How long a silent worker lives.")
     claim_secs: float = Field(30.0, gt=0, description="How long an engine's claim on a job holds.")

@@ -109,6 +109,11 @@ ROUTES: list[tuple[str, str, Role, dict | None]] = [
     ("GET", "/api/v1/workers", Role.CLIENT, None),
     ("GET", "/api/v1/queue", Role.CLIENT, None),
     ("GET", "/api/v1/cost-models", Role.CLIENT, None),
+    ("POST", "/api/v1/models", Role.CLIENT, None),
+    ("GET", "/api/v1/models", Role.CLIENT, None),
+    ("GET", "/api/v1/models/{model_id}", Role.CLIENT, None),
+    ("POST", "/api/v1/models/{model_id}/cancel", Role.CLIENT, None),
+    ("GET", "/api/v1/models/{model_id}/library", Role.CLIENT, None),
     (
         "POST",
         "/api/v1/workers",

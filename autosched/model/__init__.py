@@ -11,3 +11,14 @@ MODEL_SUFFIXES = (".onnx", ".pt2", ".py")
 def is_model_file(argument: str) -> bool:
     """Whether a command's argument names a model file rather than a built-in workload."""
     return argument.endswith(MODEL_SUFFIXES)
+
+
+SERVICE_REFUSALS = {
+    ".py": "a Relax model in TVMScript is not accepted over the network (TVM's parser evaluates "
+    "it as Python); tune it on your machine with `autosched tune FILE.py`",
+    ".pt2": "a PyTorch .pt2 file is not accepted over the network (torch.export.load unpickles "
+    "it, which can run any code); export the model to ONNX, or tune it on your machine with "
+    "`autosched tune FILE.pt2`",
+}
+"""Model files the tuning service refuses, by suffix, and why: it takes ONNX files, which are
+data; the command line takes all three on the machine of whoever runs it."""

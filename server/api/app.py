@@ -20,14 +20,30 @@ from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from autosched import __version__
-from autosched.errors import Conflict, Forbidden, NotFound, ServiceUnavailable, UserError
+from autosched.errors import (
+    Conflict,
+    Forbidden,
+    NotFound,
+    ServiceUnavailable,
+    TooLarge,
+    UserError,
+)
 from autosched.log import TuningLog
 from autosched.log.jobs import JobStore
 from autosched.log.leases import LeaseQueue
+from autosched.log.model_jobs import ModelJobStore
 from autosched.log.tokens import TokenStore
 from autosched.protocol import PROBLEMS, problem_line
 from autosched.server.api.deps import Stores
-from autosched.server.api.routes import health, jobs, monitoring, records, workers, workloads
+from autosched.server.api.routes import (
+    health,
+    jobs,
+    models,
+    monitoring,
+    records,
+    workers,
+    workloads,
+)
 from autosched.server.api.routes import log as log_routes
 from autosched.server.dashboard import mount_dashboard
 from autosched.server.settings import Settings, is_loopback
@@ -75,7 +91,9 @@ def create_app(settings: Settings, *, background: Sequence[ServiceFactory] = ())
                 lease_secs=settings.lease_secs,
                 worker_timeout_secs=settings.worker_timeout_secs,
             )
-            stores = app.state.stores = Stores(settings, log, JobStore(log), leases, tokens)
+            stores = app.state.stores = Stores(
+                settings, log, JobStore(log), leases, tokens, ModelJobStore(log)
+            )
             for make in background:
                 service = make(stores)
                 service.start()
@@ -97,6 +115,12 @@ def create_app(settings: Settings, *, background: Sequence[ServiceFactory] = ())
     for group in (jobs, workloads, records, workers, monitoring):
         app.include_router(group.router, prefix=API_PREFIX, responses=PROBLEMS)
     app.include_router(log_routes.router, prefix=API_PREFIX, responses=PROBLEMS)
+    app.include_router(
+        models.router,
+        prefix=API_PREFIX,
+        responses=PROBLEMS,
+        max_body_size=settings.max_model_bytes + models.FORM_BYTES,
+    )
     mount_dashboard(app, no_auth=settings.no_auth)
     app.add_exception_handler(UserError, _domain_error)
     app.add_exception_handler(ServiceUnavailable, _unavailable)
@@ -124,6 +148,7 @@ _STATUS: dict[type[UserError], int] = {
     NotFound: status.HTTP_404_NOT_FOUND,
     Forbidden: status.HTTP_403_FORBIDDEN,
     Conflict: status.HTTP_409_CONFLICT,
+    TooLarge: status.HTTP_413_CONTENT_TOO_LARGE,
     UserError: status.HTTP_422_UNPROCESSABLE_CONTENT,
 }
 

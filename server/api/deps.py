@@ -17,6 +17,7 @@ from autosched.errors import Forbidden
 from autosched.log import TuningLog
 from autosched.log.jobs import JobStore
 from autosched.log.leases import LeaseQueue
+from autosched.log.model_jobs import ModelJobStore
 from autosched.log.tokens import Credential, Role, TokenStore
 from autosched.protocol import MAX_ID
 from autosched.server.settings import Settings
@@ -31,6 +32,7 @@ class Stores:
     jobs: JobStore
     leases: LeaseQueue
     tokens: TokenStore
+    models: ModelJobStore
 
 
 def get_stores(request: Request) -> Stores:
@@ -53,10 +55,15 @@ def get_leases(request: Request) -> LeaseQueue:
     return get_stores(request).leases
 
 
+def get_models(request: Request) -> ModelJobStore:
+    return get_stores(request).models
+
+
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 LogDep = Annotated[TuningLog, Depends(get_log)]
 JobsDep = Annotated[JobStore, Depends(get_jobs)]
 LeasesDep = Annotated[LeaseQueue, Depends(get_leases)]
+ModelsDep = Annotated[ModelJobStore, Depends(get_models)]
 # Ids in paths are 32-bit in the database; a larger number is bad input, not a server error.
 PathId = Annotated[int, Path(ge=1, le=MAX_ID)]
 TargetQuery = Annotated[

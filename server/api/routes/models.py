@@ -1,0 +1,108 @@
+"""Whole models, as clients submit and follow them: upload an ONNX file as a model job, list and
+read model jobs with their tasks and budget split, download the compiled model, cancel."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, File, Form, Query, UploadFile, status
+from fastapi.responses import Response
+
+from autosched.protocol import MAX_ID, MAX_PAGE, ModelJobCreate, ModelJobPublic, ModelJobsPublic
+from autosched.server.api.deps import (
+    ClientAuth,
+    LeasesDep,
+    LogDep,
+    ModelsDep,
+    PathId,
+    SettingsDep,
+)
+from autosched.server.api.resolve import job_target
+from autosched.server.models import admit_upload, model_library, submit_model
+
+router = APIRouter(prefix="/models", tags=["models"], dependencies=[ClientAuth])
+
+FORM_BYTES = 64 << 10
+"""Room in a model upload's body for its form fields and multipart framing, beyond the file."""
+
+_LIBRARY = "application/octet-stream"
+
+
+@router.post("", status_code=status.HTTP_201_CREATED)
+def submit_model_job(
+    file: Annotated[
+        UploadFile,
+        File(description="The model as an ONNX file (TVMScript and .pt2 files are refused)."),
+    ],
+    fields: Annotated[ModelJobCreate, Form()],
+    log: LogDep,
+    models: ModelsDep,
+    leases: LeasesDep,
+    settings: SettingsDep,
+) -> ModelJobPublic:
+    """Queue a model job: the model is imported and its tasks extracted first, so a file that is
+    not a model, an unsupported operator or a shape that is not static is refused, with nothing
+    stored. Its tasks are tuned round by round as tuning jobs that share the workers."""
+    data = file.file.read(settings.max_model_bytes + 1)
+    upload = admit_upload(file.filename, data, max_bytes=settings.max_model_bytes)
+    target = job_target(leases, fields.target)
+    model_id = submit_model(log, upload, fields, target, max_input_bytes=settings.max_program_bytes)
+    return ModelJobPublic.of(models.progress(model_id))
+
+
+@router.get("")
+def list_model_jobs(
+    models: ModelsDep,
+    limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 100,
+    offset: Annotated[int, Query(ge=0, le=MAX_ID)] = 0,
+) -> ModelJobsPublic:
+    """A page of model jobs, newest first, each with its tasks."""
+    page, count = models.page(limit=limit, offset=offset)
+    return ModelJobsPublic(data=[ModelJobPublic.of(job) for job in page], count=count)
+
+
+@router.get("/{model_id}")
+def get_model_job(model_id: PathId, models: ModelsDep) -> ModelJobPublic:
+    """A model job: status, per task its weight, reused records, rounds, trials, best and untuned
+    latency; the estimated end-to-end latency tuned and untuned; the output check."""
+    return ModelJobPublic.of(models.progress(model_id))
+
+
+@router.post("/{model_id}/cancel")
+def cancel_model_job(model_id: PathId, models: ModelsDep) -> ModelJobPublic:
+    """Stop a model job and its current round; one that already ended keeps its status."""
+    return ModelJobPublic.of(models.cancel(model_id))
+
+
+@router.get(
+    "/{model_id}/library",
+    response_class=Response,
+    responses={
+        200: {
+            "content": {_LIBRARY: {"schema": {"type": "string", "format": "binary"}}},
+            "description": "A Relax VM library: tvm.runtime.load_module loads it, "
+            "tvm.relax.VirtualMachine runs its main.",
+        }
+    },
+)
+def get_model_library(
+    model_id: PathId,
+    log: LogDep,
+    target: Annotated[
+        str | None,
+        Query(
+            min_length=1,
+            max_length=4096,
+            description="The model job's kind, a target key or target JSON (default: the "
+            "model job's target).",
+        ),
+    ] = None,
+) -> Response:
+    """The model compiled with the log's best schedule of each task on the target (a task
+    without one keeps TVM's default schedule)."""
+    name, library = model_library(log, model_id, target)
+    return Response(
+        library,
+        media_type=_LIBRARY,
+        headers={"Content-Disposition": f'attachment; filename="{name}"'},
+    )

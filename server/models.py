@@ -1,0 +1,408 @@
+"""Whole models in the tuning service: an uploaded ONNX file made a model job (imported, its tasks
+extracted, the reuse rule applied, all stored in the log), the driver that advances every model
+job round by round, and the compiled library of a model job.
+
+Each round of a model job is an ordinary tuning job of one task in the service's queue, so it
+shares the workers with every other job. The driver keeps no state the log does not: after each
+round it rebuilds the task scheduler from the rounds stored, so a restarted server goes on where
+the log says the model job stands. Once the budget is spent, the model is compiled with its
+tasks' best schedules, its outputs are checked against ONNX Runtime where the server can run the
+target, and a model whose outputs match is recorded as tuned (as `autosched tune` records one).
+
+Only ONNX files are accepted: they are data. TVMScript files are evaluated by TVM's parser and
+PyTorch .pt2 files unpickled, so neither comes from the network.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+import tempfile
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from autosched.background import BackgroundLoop
+from autosched.errors import Conflict, NotFound, ServiceUnavailable, TooLarge, UserError
+from autosched.log import TuningLog
+from autosched.log.jobs import JobStore
+from autosched.log.model_jobs import ModelJobStore, ModelJobTaskEntry, RoundResult
+from autosched.log.subjects import ensure_target
+from autosched.model import SERVICE_REFUSALS
+from autosched.model.compile import (
+    OutputMismatch,
+    best_schedules,
+    check_outputs,
+    compile_model,
+)
+from autosched.model.load import InputSpec, Model, load_model
+from autosched.model.scheduler import TaskScheduler
+from autosched.model.tasks import ModelTask, extract_tasks
+from autosched.model.tuning import (
+    CANNOT_SCHEDULE,
+    ModelTuneReport,
+    plan_tasks,
+    record_tuned_model,
+    task_outcomes,
+)
+from autosched.protocol import ModelJobCreate
+from autosched.records import JobProgress, JobStatus, ModelJobProgress
+from autosched.target import canonical_target, host_target, parse_target
+
+logger = logging.getLogger(__name__)
+
+_SAFE_NAME = re.compile(r"[^A-Za-z0-9_.-]+")
+_TARGET_KEY = re.compile(r"[0-9a-f]{32}")
+
+
+@dataclass(frozen=True)
+class Upload:
+    """An uploaded model file that passed the checks that need no parsing: its model's name (a
+    file-system-safe form of the file's), the name its problems are told under, its bytes."""
+
+    name: str
+    label: str
+    data: bytes
+
+
+def admit_upload(filename: str | None, data: bytes, *, max_bytes: int) -> Upload:
+    """The checks of an uploaded model file that come before anything else.
+
+    Raises:
+        TooLarge: the file is over ``max_bytes``.
+        UserError: the file is empty, or a ``.py`` or ``.pt2`` file (refused with why).
+    """
+    if len(data) > max_bytes:
+        raise TooLarge(f"the model file is over the limit of {max_bytes} bytes")
+    suffix = Path(filename or "").suffix.lower()
+    if suffix in SERVICE_REFUSALS:
+        raise UserError(SERVICE_REFUSALS[suffix])
+    if not data:
+        raise UserError("the model file is empty; send an ONNX file")
+    return Upload(_model_name(filename), filename or "the model file", data)
+
+
+def submit_model(
+    log: TuningLog, upload: Upload, fields: ModelJobCreate, target: dict, *, max_input_bytes: int
+) -> int:
+    """Make an admitted upload a queued model job for ``target``; returns its id.
+
+    The file is imported and its tasks extracted before anything is stored; then the tasks'
+    workloads and the model job with its file are.
+
+    Raises:
+        UserError: the file is not a self-contained ONNX model, an operator is not supported
+            (named), an input's shape is not static and ``fields.inputs`` do not fix it, or the
+            inputs hold over ``max_input_bytes``.
+    """
+    target = canonical_target(target)
+    with _model_file(upload.data, upload.name, fields.inputs, label=upload.label) as model:
+        inputs_bytes = sum(_bytes(spec) for spec in model.inputs)
+        if inputs_bytes > max_input_bytes:
+            raise UserError(
+                f"the model's inputs hold {inputs_bytes} bytes, over the limit of "
+                f"{max_input_bytes} (AUTOSCHED_MAX_PROGRAM_BYTES)"
+            )
+        tasks = extract_tasks(model, target)
+        plan = plan_tasks(log, tasks, target, fields.trials)
+        entries = [
+            ModelJobTaskEntry(
+                name=task.name,
+                weight=task.weight,
+                workload_key=task.key,
+                default_schedule=plan.failed.get(index),
+                reused_records=plan.reused.get(index, 0),
+            )
+            for index, task in enumerate(tasks)
+        ]
+        return ModelJobStore(log).submit(
+            name=upload.name,
+            onnx=upload.data,
+            inputs=[spec.as_json() for spec in model.inputs],
+            target_id=ensure_target(log, target).id,
+            trials=fields.trials,
+            batch_size=fields.batch_size,
+            strategy=fields.strategy,
+            seed=fields.seed,
+            tasks=entries,
+        )
+
+
+def model_library(log: TuningLog, model_id: int, target_text: str | None) -> tuple[str, bytes]:
+    """The model job's model compiled with the log's best schedules of its tasks on the target
+    (by default the model job's; else a target key, target JSON, or the model job's kind), as
+    the bytes of a Relax VM library (``.so``) and its file name.
+
+    Raises:
+        NotFound: no such model job, or a target it was not tuned for.
+        Conflict: the model job failed its output check.
+        UserError: the target is malformed, or TVM cannot build the model for it.
+    """
+    progress = ModelJobStore(log).progress(model_id)
+    if progress.status is JobStatus.FAILED:
+        raise Conflict(f"model job {model_id} failed ({progress.reason}); it has no library")
+    target = _library_target(log, progress, target_text)
+    with _stored_model(log, progress) as model:
+        tasks = extract_tasks(model, target)
+        executable = compile_model(model, best_schedules(log, tasks, target), target)
+        with tempfile.TemporaryDirectory(prefix="autosched-library-") as folder:
+            path = Path(folder) / f"{progress.name}.so"
+            executable.export_library(str(path))
+            return path.name, path.read_bytes()
+
+
+class ModelDriver(BackgroundLoop):
+    """Advances every unfinished model job of a tuning log; run it in a thread with
+    `start`/`stop`, beside the search engine that drives the rounds' tuning jobs.
+
+    Args:
+        log: the tuning log.
+        poll_secs: pause between rounds of the loop.
+    """
+
+    name = "model-driver"
+
+    def __init__(self, log: TuningLog, *, poll_secs: float = 0.5) -> None:
+        self._log = log
+        self._models = ModelJobStore(log)
+        self._jobs = JobStore(log)
+        self._poll_secs = poll_secs
+
+    def step(self) -> None:
+        """One pass over the unfinished model jobs; one that fails is marked failed, with why."""
+        for model_id in self._models.unfinished():
+            try:
+                self.advance(model_id)
+            except ServiceUnavailable:  # the log is gone for now: not the model's fault
+                raise
+            except UserError as error:
+                self._models.end(model_id, JobStatus.FAILED, reason=_line(error))
+            except Exception as error:  # one broken model job must not stop the others
+                logger.exception("model job %d failed; it is marked failed", model_id)
+                reason = f"the server failed to drive it: {_line(error)}"
+                self._models.end(model_id, JobStatus.FAILED, reason=reason)
+
+    def advance(self, model_id: int) -> None:
+        """Record the rounds that ended; then submit the next round, or once the budget is spent
+        (or no task is left to tune), conclude the model job."""
+        self._models.start(model_id)
+        progress = self._models.progress(model_id)
+        if progress.status.final:
+            return
+        tunable = [t.position for t in progress.tasks if t.workload_key and not t.reused_records]
+        scheduler = TaskScheduler(
+            [progress.tasks[position].weight for position in tunable],
+            progress.trials,
+            progress.batch_size,
+        )
+        for round_ in progress.rounds:
+            if round_.recorded:
+                result = RoundResult(
+                    round_.measured, round_.best_secs, round_.task_finished, round_.problem
+                )
+            else:
+                job = self._jobs.job(round_.job_id)
+                if not job.status.final:
+                    return
+                result = _round_result(job)
+                self._models.record_round(round_.id, result)
+            index = tunable.index(round_.task)
+            if result.problem is None:
+                scheduler.record(index, result.measured, result.best_secs)
+            if result.task_finished:
+                scheduler.finish(index)
+        planned = scheduler.next_round()
+        if planned is not None:
+            self._models.add_round(
+                model_id,
+                position=len(progress.rounds),
+                task=tunable[planned.index],
+                trials=planned.trials,
+            )
+            return
+        self._conclude(progress)
+
+    def _conclude(self, progress: ModelJobProgress) -> None:
+        """Compile the model with its tasks' best schedules, check its outputs where this
+        machine runs the target, record it as tuned and end the model job."""
+        started = time.perf_counter()
+        target = progress.target.target_json
+        failed = {t.position: t.default_schedule for t in progress.tasks if t.default_schedule}
+        with _stored_model(self._log, progress) as model:
+            tasks = _same_tasks(extract_tasks(model, target), progress)
+            schedules, outcomes = task_outcomes(
+                self._log,
+                tasks,
+                target,
+                failed=failed,
+                allocation={t.position: t.trials for t in progress.tasks},
+                reused={t.position: t.reused_records for t in progress.tasks},
+            )
+            executable = compile_model(model, schedules, target)
+            unchecked = _why_not_checked_here(target)
+            if unchecked is not None:
+                check = {"ran": False, "reference": model.reference_name, "reason": unchecked}
+                self._models.end(progress.id, JobStatus.FINISHED, output_check=check)
+                return
+            try:
+                checked = check_outputs(model, executable, target)
+            except OutputMismatch as error:
+                check = {"ran": True, "reference": model.reference_name, "reason": _line(error)}
+                self._models.end(
+                    progress.id, JobStatus.FAILED, reason=_line(error), output_check=check
+                )
+                return
+            report = ModelTuneReport(
+                model.name, target, outcomes, checked, time.perf_counter() - started
+            )
+            record_tuned_model(self._log, model, progress.target.id, report)
+            check = {"ran": True, **checked.as_json()}
+            self._models.end(progress.id, JobStatus.FINISHED, output_check=check)
+
+    def run(self, stop: threading.Event) -> None:
+        """Run passes until ``stop`` is set, waiting out outages of the log's database."""
+        self.run_rounds(stop, self.step, self._poll_secs)
+
+
+def _round_result(job: JobProgress) -> RoundResult:
+    """What an ended round's tuning job teaches the task scheduler."""
+    if job.status is JobStatus.FINISHED:
+        # A job that ended short of its budget has exhausted its design space.
+        return RoundResult(job.trials_done, job.best_latency_secs, job.stop_reason is not None)
+    if job.status is JobStatus.FAILED:
+        problem = f"{CANNOT_SCHEDULE}: its tuning job {job.id} failed"
+    else:
+        problem = f"its tuning job {job.id} was {job.status.value}"
+    return RoundResult(job.trials_done, job.best_latency_secs, True, problem)
+
+
+def _same_tasks(tasks: Sequence[ModelTask], progress: ModelJobProgress) -> list[ModelTask]:
+    """The tasks extracted again, checked to be those the model job was submitted with.
+
+    Raises:
+        UserError: they differ (the server's TVM changed since).
+    """
+    if [task.key for task in tasks] != [task.workload_key for task in progress.tasks]:
+        raise UserError(
+            "the model's tasks are not those it was submitted with (has TVM changed?); "
+            "submit it again"
+        )
+    return list(tasks)
+
+
+def _why_not_checked_here(target: dict) -> str | None:
+    """Why the server cannot run the model compiled for ``target`` to check its outputs, or
+    None when it can (an LLVM target of this machine's triple and CPU)."""
+    if target.get("kind") != "llvm":
+        return (
+            f"the target is {target.get('kind')}; the server checks outputs on its own CPU, "
+            "for llvm targets"
+        )
+    host = host_target()
+    for attribute in ("mtriple", "mcpu"):
+        wanted = target.get(attribute) or host[attribute]
+        if wanted != host[attribute]:
+            return f"the target's {attribute} is {wanted}, the server's CPU {host[attribute]}"
+    return None
+
+
+def _library_target(log: TuningLog, progress: ModelJobProgress, text: str | None) -> dict:
+    if text is None or text.strip() == progress.target.kind:
+        return progress.target.target_json
+    text = text.strip()
+    if text.startswith("{"):
+        return canonical_target(parse_target(text))
+    if _TARGET_KEY.fullmatch(text):
+        stored = log.find_target(text)
+        if stored is None:
+            raise NotFound(f"no target {text} in the tuning log")
+        return stored.target_json
+    raise NotFound(
+        f"model job {progress.id} was tuned for a {progress.target.kind} target, not {text}; "
+        "give a target key or target JSON to compile it for another"
+    )
+
+
+@contextmanager
+def _stored_model(log: TuningLog, progress: ModelJobProgress) -> Iterator[Model]:
+    """The model job's model, imported from its file in the log."""
+    given = [
+        f"{spec['name']}={'x'.join(str(d) for d in spec['shape'])}:{spec['dtype']}"
+        for spec in progress.inputs
+    ]
+    data = ModelJobStore(log).onnx(progress.id)
+    with _model_file(data, progress.name, given, label=f"model job {progress.id}") as model:
+        yield model
+
+
+@contextmanager
+def _model_file(data: bytes, name: str, inputs: Sequence[str], *, label: str) -> Iterator[Model]:
+    """The ONNX model ``data`` imported from a scratch file named after ``name``, with its
+    problems named after ``label`` rather than the scratch file.
+
+    Raises:
+        UserError: not an ONNX model, one with external data, an operator not supported, or an
+            input whose shape is not static.
+    """
+    _refuse_external_data(data, label)
+    with tempfile.TemporaryDirectory(prefix="autosched-model-") as folder:
+        path = Path(folder) / f"{name}.onnx"
+        path.write_bytes(data)
+        try:
+            model = load_model(path, inputs)
+            yield model
+        except UserError as error:
+            message = str(error).replace(str(path), label).replace("--input", "inputs")
+            raise type(error)(message) from None
+
+
+def _refuse_external_data(data: bytes, label: str) -> None:
+    """Refuse an ONNX file whose tensors live in other files: a file from the network names
+    no file of the server's.
+
+    Raises:
+        UserError: the file is not an ONNX model, or it refers to external data.
+    """
+    try:
+        import onnx
+    except ImportError:
+        raise UserError(
+            "this server cannot read ONNX files: pip install 'autosched[models]'"
+        ) from None
+    try:
+        proto = onnx.load_model_from_string(data)
+    except Exception as error:  # protobuf's decode errors
+        raise UserError(f"{label}: not a valid ONNX model: {_line(error)}") from None
+    tensors = [*proto.graph.initializer]
+    for node in proto.graph.node:
+        tensors.extend(attribute.t for attribute in node.attribute if attribute.HasField("t"))
+    if any(tensor.data_location == onnx.TensorProto.EXTERNAL for tensor in tensors):
+        raise UserError(
+            f"{label}: its tensors are kept in external files; send one self-contained ONNX file"
+        )
+
+
+def _model_name(filename: str | None) -> str:
+    """A file-system-safe name of the model after its uploaded file's name."""
+    stem = Path(filename or "").stem
+    return _SAFE_NAME.sub("_", stem).strip("._")[:100] or "model"
+
+
+def _bytes(spec: InputSpec) -> int:
+    """The bytes of an input (8 per element for a dtype numpy does not know)."""
+    try:
+        itemsize = np.dtype(spec.dtype).itemsize
+    except TypeError:
+        itemsize = 8
+    return math.prod(spec.shape) * itemsize
+
+
+def _line(error: BaseException) -> str:
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    return lines[0][:300] if lines else type(error).__name__

@@ -1,0 +1,150 @@
+"""Whole models through the service: an ONNX upload becomes a model job whose tasks are tuned
+round by round as ordinary jobs by a real worker process, through a server killed and restarted
+on the way; its compiled library, downloaded, runs in TVM's VM as ONNX Runtime does. Bad uploads
+are each one 4xx line, with nothing stored."""
+
+from __future__ import annotations
+
+import json
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+from helpers import Cli, on_sqlite, wait_for
+from model_files import write_mlp_onnx, write_onnx_with
+from test_service_e2e import Service
+
+from autosched.log.tokens import Role
+from autosched.server.api.app import create_app
+from autosched.server.settings import Settings
+
+TARGET = json.dumps({"kind": "llvm", "mcpu": "skylake-avx512", "num-cores": 2})
+MAX_MODEL = 64 << 10  # the MLP file is 18 KiB
+ENDED = ("finished", "failed", "cancelled")
+
+
+@pytest.fixture
+def api(db_url: str) -> Iterator[TestClient]:
+    """The API in-process (no engine, no driver), with a client token and a small upload limit."""
+    settings = Settings(db_url=db_url, max_model_bytes=MAX_MODEL)
+    app = create_app(settings)
+    with TestClient(app) as http:
+        token = app.state.stores.tokens.create(Role.CLIENT, "test")
+        http.headers["Authorization"] = f"Bearer {token}"
+        yield http
+
+
+def _upload(http: TestClient, name: str, content: bytes, **fields: object) -> httpx.Response:
+    form = {"target": TARGET, "trials": 2, "batch_size": 1, **fields}
+    return http.post("/api/v1/models", files={"file": (name, content)}, data=form)
+
+
+@on_sqlite
+def test_bad_uploads_are_refused_with_one_line_and_nothing_is_stored(
+    api: TestClient, tmp_path: Path
+) -> None:
+    mlp = write_mlp_onnx(tmp_path / "mlp.onnx", batch="batch").read_bytes()
+    det = write_onnx_with(tmp_path / "det.onnx", "Det").read_bytes()
+    cases = {
+        "not a model": (("junk.onnx", b"\x00not a model\xff" * 8), {}, 422, "not a valid ONNX"),
+        "TVMScript": (("mlp.py", b"@I.ir_module\nclass M: ..."), {}, 422, "evaluates it as Python"),
+        "a .pt2 file": (("mlp.pt2", b"PK\x03\x04"), {}, 422, "unpickles it"),
+        "over the limit": (("big.onnx", b"\x00" * (MAX_MODEL + 1)), {}, 413, "over the limit"),
+        "unsupported operator": (("det.onnx", det), {}, 422, "does not support: Det"),
+        "no static shape": (("mlp.onnx", mlp), {}, 422, "give it with inputs x=DIMxDIM"),
+        "a misspelt field": (("mlp.onnx", mlp), {"input": "x=16x64"}, 422, "input: Extra inputs"),
+    }
+    for case, ((name, content), fields, code, message) in cases.items():
+        response = _upload(api, name, content, **fields)
+        assert response.status_code == code, (case, response.text)
+        detail = response.json()["detail"]
+        assert message in detail and "\n" not in detail, (case, detail)
+    streamed = _upload(api, "huge.onnx", b"\x00" * (MAX_MODEL + (1 << 20)))
+    assert streamed.status_code == 413, streamed.text
+    assert api.get("/api/v1/models").json() == {"data": [], "count": 0}
+    assert api.get("/api/v1/workloads").json()["count"] == 0
+
+
+def test_an_upload_is_a_queued_model_job_with_its_tasks(api: TestClient, tmp_path: Path) -> None:
+    mlp = write_mlp_onnx(tmp_path / "mlp.onnx", batch="batch").read_bytes()
+    response = _upload(api, "mlp.onnx", mlp, inputs=["x=16x64:float32"], trials=4)
+    assert response.status_code == 201, response.text
+    model = response.json()
+    assert model["name"] == "mlp" and model["status"] == "queued" and model["trials"] == 4
+    assert model["inputs"] == [{"name": "x", "shape": [16, 64], "dtype": "float32"}]
+    assert len(model["tasks"]) >= 2
+    for task in model["tasks"]:
+        assert task["weight"] == 1 and task["workload_key"] and task["default_schedule"] is None
+        assert task["trials"] == task["rounds"] == task["reused_records"] == 0
+    assert api.get(f"/api/v1/models/{model['id']}").json() == model
+    assert api.get("/api/v1/models").json()["count"] == 1
+    assert api.post(f"/api/v1/models/{model['id']}/cancel").json()["status"] == "cancelled"
+    assert api.get("/api/v1/models/99").status_code == 404
+
+
+def _run_library(library: bytes, path: Path, array: np.ndarray) -> np.ndarray:
+    import tvm
+    from tvm import relax
+
+    path.write_bytes(library)
+    vm = relax.VirtualMachine(tvm.runtime.load_module(str(path)), tvm.cpu())
+    return vm["main"](tvm.runtime.tensor(array)).numpy()
+
+
+@pytest.mark.slow
+@on_sqlite
+def test_a_model_is_tuned_by_the_workers_through_a_server_restart(
+    db_url: str, tmp_path: Path, cli: Cli
+) -> None:
+    import onnxruntime
+
+    mlp = write_mlp_onnx(tmp_path / "mlp.onnx", batch="batch")
+    service = Service(db_url, tmp_path)
+    try:
+        service.start_server()
+        service.start_worker()
+        remote = ["--server", service.url, "--token", service.client_token]
+        submitted = cli(
+            "submit", str(mlp), "--input", "x=16x64:float32", "--trials", "2", "--batch", "1",
+            "--seed", "0", *remote,
+        )  # fmt: skip
+        assert submitted.code == 0, submitted.err
+        model_id = int(submitted.out)
+
+        def model() -> dict:
+            return service.http.get(f"/models/{model_id}").json()
+
+        # The server dies once the first round is under way; the restarted one goes on from the
+        # rounds in the log.
+        wait_for(lambda: model()["rounds"] >= 1, "the first round")
+        assert service.server is not None
+        service.server.send_signal(signal.SIGKILL)
+        service.server.wait()
+        service.start_server()
+        wait_for(lambda: model()["status"] in ENDED, "the model job")
+        tuned = model()
+        assert tuned["status"] == "finished", tuned
+        assert tuned["trials_done"] == 2 and tuned["rounds"] == len(tuned["tasks"]) == 2
+        for task in tuned["tasks"]:
+            assert task["rounds"] == task["trials"] == 1 and task["default_schedule"] is None
+            assert task["best_latency_secs"] <= task["untuned_latency_secs"]
+        assert tuned["estimated_latency_secs"] <= tuned["untuned_latency_secs"]
+        check = tuned["output_check"]
+        assert check["ran"] and check["reference"] == "ONNX Runtime" and check["reason"] is None
+
+        shown = cli("status", "--model", str(model_id), *remote)
+        assert shown.code == 0 and "finished" in shown.out and "outputs match" in shown.out
+
+        library = service.http.get(f"/models/{model_id}/library", timeout=300)
+        assert library.status_code == 200, library.text
+    finally:
+        service.stop()
+    x = np.random.default_rng(1).uniform(-1, 1, (16, 64)).astype(np.float32)
+    session = onnxruntime.InferenceSession(str(mlp), providers=["CPUExecutionProvider"])
+    (expected,) = session.run(None, {"x": x})
+    got = _run_library(library.content, tmp_path / "mlp.so", x)
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)

@@ -1,17 +1,17 @@
-"""Entry point of a measuring child process: `python -m autosched.measuring FD LIMITS`.
+"""Entry point of the fork server of measuring children: `python -m autosched.measuring FD`.
 
-FD is the child's end of a socket pair, LIMITS its resource limits as JSON; see
-`autosched.measure.child`. It lives outside `autosched.measure`, whose package imports TVM, so
-that PyTorch is kept out before TVM is imported: a measuring process never uses it.
+FD is the server's end of its socket pair with the parent; see `autosched.measure.forkserver`. It
+lives outside `autosched.measure`, whose package imports TVM, so that PyTorch is kept out before
+TVM is imported: a measuring process never uses it.
 """
 
+import socket
 import sys
-from multiprocessing.connection import Connection
 
 from autosched.torch_guard import keep_torch_out
 
 keep_torch_out()
 
-from autosched.measure.child import ResourceLimits, serve  # noqa: E402
+from autosched.measure.forkserver import run  # noqa: E402
 
-serve(Connection(int(sys.argv[1])), ResourceLimits.from_argv(sys.argv[2]))
+run(socket.socket(fileno=int(sys.argv[1])))

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import tvm
 
 from autosched.measure import LocalMeasurer, MeasureConfig
-from autosched.measure.child import Request
+from autosched.measure.serving import Request
 from autosched.records import WorkloadRef
 from autosched.target import to_tvm_target
 
@@ -74,6 +74,16 @@ class Pid:
         import os
 
         return os.getpid()
+
+
+@dataclass(frozen=True)
+class ParentPid:
+    """Returns the id of the serving process's parent: the fork server that forked it."""
+
+    def execute(self) -> int:
+        import os
+
+        return os.getppid()
 
 
 @dataclass(frozen=True)

@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
 import pytest
-from faults import Abort, Fail, FaultyMeasurer, Pid, Sleep, faulty_matmul
+from faults import Abort, Fail, FaultyMeasurer, ParentPid, Pid, Sleep, faulty_matmul
+from helpers import wait_for
 
 from autosched.measure import LocalMeasurer, MeasureConfig
 from autosched.measure.child import ChildDied, ChildProcess, ChildTimeout, RequestFailed
@@ -64,6 +71,51 @@ def test_children_are_recycled_after_a_fixed_number_of_requests() -> None:
     finally:
         child.close()
     assert pids[0] == pids[1] != pids[2] == pids[3] != pids[4]
+
+
+def test_children_are_forked_by_one_fork_server_that_is_replaced_if_it_dies() -> None:
+    first, second = ChildProcess(), ChildProcess()
+    try:
+        server = first.call(ParentPid(), 30)
+        assert second.call(ParentPid(), 30) == server != os.getpid()
+        os.kill(server, signal.SIGKILL)
+        # the children it forked serve on; one that dies is replaced from a new fork server
+        assert first.call(Pid(), 30) > 0
+        with pytest.raises(ChildDied, match="lost with its fork server"):
+            first.call(Abort(), 30)
+        replacement = first.call(ParentPid(), 30)
+        assert replacement not in (server, os.getpid())
+        second.close()
+        assert second.call(ParentPid(), 30) == replacement
+    finally:
+        first.close()
+        second.close()
+
+
+def test_the_fork_server_and_its_children_end_with_their_parent() -> None:
+    program = textwrap.dedent(
+        """
+        from autosched.torch_guard import keep_torch_out
+        keep_torch_out()
+        from faults import ParentPid, Pid
+        from autosched.measure.child import ChildProcess
+        child = ChildProcess()
+        print(child.call(ParentPid(), 30), child.call(Pid(), 30), flush=True)
+        """
+    )
+    parent = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, timeout=120, check=True
+    )
+    server, child = map(int, parent.stdout.split())
+    wait_for(lambda: not _running(server) and not _running(child), "the processes to end")
+
+
+def _running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split(") ")[-1][0] != "Z"  # a zombie has ended
+    except FileNotFoundError:
+        return False
 
 
 def test_every_repeat_is_a_sample_and_failures_are_data(matmul) -> None:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import psutil
 
-from autosched.measure.child import ResourceLimits
+from autosched.measure.serving import ResourceLimits
 
 
 def _physical_cores() -> int:

@@ -1,6 +1,6 @@
 """What a measuring process does with one candidate: build it, time it, check its result.
 
-These functions run inside the isolated child processes of `autosched.measure.child`; each request
+These functions run inside the isolated child processes of `autosched.measure.serving`; each request
 is a small picklable record whose ``execute`` returns plain data or raises.
 """
 

@@ -324,7 +324,7 @@ def _library_target(log: TuningLog, progress: ModelJobProgress, text: str | None
             raise NotFound(f"no target {text} in the tuning log")
         return stored.target_json
     raise NotFound(
-        f"model job {progress.id} was tuned for a {progress.target.kind} target, not {text}; "
+        f"model job {progress.id} was tuned for {progress.target.kind}, not {text}; "
         "give a target key or target JSON to compile it for another"
     )
 

@@ -69,7 +69,7 @@ class Workload:
     @property
     def args(self) -> list[tuple[tuple[int, ...], str]]:
         """Shape and dtype of each buffer argument, in order."""
-        return _buffer_args(self.func, self.name)
+        return buffer_args(self.func, self.name)
 
     @property
     def min_bytes(self) -> int:
@@ -133,7 +133,7 @@ def workload_from_ir_json(text: str, *, name: str, max_bytes: int | None = None)
 
 
 def _custom_workload(func: tvm.tirx.PrimFunc, name: str) -> Workload:
-    _buffer_args(func, name)
+    buffer_args(func, name)
     normalized = normalize_func(func)
     return Workload(name, {}, normalized, None, None, None, source=program_json(normalized))
 
@@ -192,9 +192,20 @@ def random_inputs(workload: Workload, seed: int) -> list[np.ndarray]:
     Raises:
         UserError: an argument has a dtype numpy cannot hold.
     """
+    return random_arrays(workload.args, workload.num_outputs or 0, seed)
+
+
+def random_arrays(
+    args: Sequence[tuple[tuple[int, ...], str]], num_outputs: int, seed: int
+) -> list[np.ndarray]:
+    """`random_inputs` for arguments of these shapes and dtypes, the last ``num_outputs`` of them
+    outputs (a program whose weights are packed ahead of time takes them in their packed shape).
+
+    Raises:
+        UserError: an argument has a dtype numpy cannot hold.
+    """
     rng = np.random.default_rng(seed)
-    args = workload.args
-    num_inputs = len(args) - (workload.num_outputs or 0)
+    num_inputs = len(args) - num_outputs
     arrays = []
     for index, (shape, dtype) in enumerate(args):
         np_dtype = _numpy_dtype(dtype)
@@ -268,7 +279,12 @@ def _numpy_dtype(dtype: str) -> np.dtype:
         raise UserError(f"dtype {dtype} has no numpy equivalent") from None
 
 
-def _buffer_args(func: tvm.tirx.PrimFunc, name: str) -> list[tuple[tuple[int, ...], str]]:
+def buffer_args(func: tvm.tirx.PrimFunc, name: str) -> list[tuple[tuple[int, ...], str]]:
+    """Shape and dtype of each buffer argument of ``func`` (called ``name`` in messages).
+
+    Raises:
+        UserError: an argument is a scalar or has a symbolic shape.
+    """
     try:
         infos = ArgInfo.from_prim_func(func)
     except (TypeError, ValueError):  # a symbolic shape, or a scalar argument

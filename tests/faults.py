@@ -12,9 +12,11 @@ from dataclasses import dataclass
 import tvm
 
 from autosched.measure import LocalMeasurer, MeasureConfig
+from autosched.measure.program import Built
 from autosched.measure.serving import Request
 from autosched.records import WorkloadRef
 from autosched.target import to_tvm_target
+from autosched.workload import buffer_args
 
 _SIGNATURE = (
     'A: T.Buffer(({m}, {k}), "float32"), B: T.Buffer(({k}, {n}), "float32"), '
@@ -42,10 +44,10 @@ class BuildSource:
     target: dict
     artifact_path: str
 
-    def execute(self) -> float:
+    def execute(self) -> Built:
         func = tvm.script.from_source(self.source)
         tvm.compile(func, target=to_tvm_target(self.target)).export_library(self.artifact_path)
-        return 0.0
+        return Built(0.0, tuple(buffer_args(func, "faulty")), prepacked=False)
 
 
 class FaultyMeasurer(LocalMeasurer):
@@ -60,10 +62,12 @@ class FaultyMeasurer(LocalMeasurer):
         self.measured.extend(traces)
         return super().measure(workload, traces)
 
-    def _build_request(self, workload: WorkloadRef, trace: str, artifact_path: str) -> Request:
+    def _build_request(
+        self, workload: WorkloadRef, trace: str, artifact_path: str, prepacked: bool
+    ) -> Request:
         if trace in self.faults:
             return BuildSource(self.faults[trace], self._target, artifact_path)
-        return super()._build_request(workload, trace, artifact_path)
+        return super()._build_request(workload, trace, artifact_path, prepacked)
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,8 @@ import signal
 import subprocess
 import sys
 import textwrap
+from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from faults import Abort, Fail, FaultyMeasurer, ParentPid, Pid, Sleep, faulty_matmul
@@ -14,8 +16,10 @@ from helpers import wait_for
 
 from autosched.measure import LocalMeasurer, MeasureConfig
 from autosched.measure.child import ChildDied, ChildProcess, ChildTimeout, RequestFailed
+from autosched.measure.program import BuildRequest
 from autosched.records import ErrorKind
-from autosched.schedule import BASELINE_TRACE
+from autosched.schedule import BASELINE_TRACE, trace_to_json
+from autosched.search.space import design_space
 from autosched.target import host_target
 from autosched.workloads import get_workload
 
@@ -167,6 +171,34 @@ def test_verification_builds_candidates_it_has_not_seen(matmul) -> None:
         assert measurer.verify(matmul, BASELINE_TRACE, seed=3) is None
     finally:
         measurer.close()
+
+
+def test_weights_packed_ahead_are_timed_packed_and_checked_as_the_workload_takes_them(
+    tmp_path: Path,
+) -> None:
+    workload = get_workload("matmul", {**SHAPE, "weights": "B"})
+    target = host_target()
+    space = design_space(workload, target, seed=0)
+    traces = []
+    for index in range(8):
+        sch = space.sample(lambda _name, choices, index=index: choices[index % len(choices)])
+        if sch is not None and "layout_rewrite_preproc" in sch.mod.script():
+            traces.append(trace_to_json(sch.trace))
+    assert traces, "no sampled schedule stores the weight in a layout of its own"
+    measurer = LocalMeasurer(target, FAST)
+    try:
+        results = measurer.measure(workload.ref, [BASELINE_TRACE, *traces[:2]])
+        assert all(result.ok for result in results), results
+        for trace in [BASELINE_TRACE, *traces[:2]]:
+            assert measurer.verify(workload.ref, trace, seed=5) is None
+        # both ways of building: the timed program takes B packed, the checked one as it is
+        request = BuildRequest(workload.ref, traces[0], target, str(tmp_path / "direct.so"))
+        packed = request.execute()
+        plain = replace(request, prepacked=False).execute()
+    finally:
+        measurer.close()
+    assert packed.prepacked and not plain.prepacked and plain.args == tuple(workload.args)
+    assert packed.args[0] == workload.args[0] and packed.args[2] == workload.args[2]
 
 
 def test_build_that_runs_past_its_limit_is_a_build_timeout(matmul) -> None:

@@ -202,6 +202,8 @@ def test_defaults_fill_unspecified_params() -> None:
         ("conv2d_nhwc", {"padding": "-1"}, r"padding of conv2d_nhwc must be at least 0"),
         ("conv2d_nhwc", {"H": 2, "KH": 5, "padding": 1}, r"5x3 kernel does not fit the 2x56 input"),
         ("matmul", {"M": 65536, "K": 65536}, r"buffer of shape \(65536, 65536\), over 2147483647"),
+        ("matmul", {"weights": "C"}, r"weights of matmul names inputs among A, B; got 'C'"),
+        ("matmul", {"weights": " , "}, r"weights of matmul names inputs among A, B"),
     ],
 )
 def test_bad_workload_requests_are_user_errors(
@@ -343,6 +345,16 @@ def test_resolve_workload_rebuilds_and_checks_the_key() -> None:
     assert resolve_workload(WorkloadRef("mine", {}, user.key, user.source)).key == user.key
     with pytest.raises(UserError, match=f"rebuilds with key .*, not {'0' * 32}"):
         resolve_workload(WorkloadRef(builtin.name, builtin.params, "0" * 32))
+
+
+def test_weights_are_layout_free_buffers_of_a_workload_of_their_own() -> None:
+    plain = get_workload("dense_bias_relu", {"M": 8, "N": 16, "K": 32})
+    packed = get_workload("dense_bias_relu", {"M": 8, "N": 16, "K": 32, "weights": "bias, W"})
+    assert [int(i) for i in packed.func.attrs["layout_free_buffers"]] == [1, 2]
+    assert packed.params == {**plain.params, "weights": "W,bias"}
+    assert packed.key != plain.key and packed.args == plain.args
+    assert resolve_workload(packed.ref).key == packed.key  # a measuring process rebuilds it
+    assert "layout_free_buffers" not in plain.func.attrs
 
 
 def test_mismatch_allows_reduction_rounding_but_not_wrong_values() -> None:

@@ -20,7 +20,7 @@ from typing import Protocol, runtime_checkable
 from autosched.errors import Cancelled
 from autosched.measure.child import ChildDied, ChildProcess, ChildTimeout, Request, RequestFailed
 from autosched.measure.config import MeasureConfig
-from autosched.measure.program import BuildRequest, RoundRequest, RunRequest, VerifyRequest
+from autosched.measure.program import BuildRequest, Built, RoundRequest, RunRequest, VerifyRequest
 from autosched.records import ErrorKind, MeasureResult, WorkloadRef
 
 
@@ -100,7 +100,9 @@ class LocalMeasurer:
         self._workdir = Path(tempfile.mkdtemp(prefix="autosched-measure-"))
         (self._workdir / "fastest").mkdir()
         self._batch = 0
-        self._artifacts: dict[str, str] = {}
+        self._artifacts: dict[str, str] = {}  # trace: its library in this batch
+        self._builds: dict[str, Built] = {}  # library: how it was built
+        self._verify_builds = 0
         self._keep = keep
         self._fastest: dict[str, tuple[float, str]] = {}  # trace: (median, artifact)
         self._kept_count = 0
@@ -128,11 +130,15 @@ class LocalMeasurer:
     def verify(self, workload: WorkloadRef, trace: str, seed: int) -> MeasureResult | None:
         started_at = _now()
         artifact = self._artifacts.get(trace) or self._fastest.get(trace, (0.0, None))[1]
-        if artifact is None:
-            outcome = self._build(workload, trace, "verify")
+        if artifact is None or self._builds[artifact].prepacked:
+            # a program timed with its weights packed ahead is checked as it packs them itself;
+            # each build has a name of its own (a process loads a library path once)
+            self._verify_builds += 1
+            name = f"verify-{self._verify_builds}"
+            outcome = self._build(workload, trace, name, prepacked=False)
             if isinstance(outcome, MeasureResult):
                 return outcome
-            artifact = self._artifacts[trace]
+            artifact = str(self._workdir / f"batch-{self._batch}" / f"{name}.so")
         request = VerifyRequest(workload, artifact, self._target, seed, self._config.device_index)
         try:
             mismatch = self._runner.call(request, self._config.run_timeout_secs)
@@ -168,13 +174,15 @@ class LocalMeasurer:
                 if isinstance(outcome, tuple):
                     artifacts[trace] = self._artifacts[trace]
         usable = [trace for trace in dict.fromkeys(traces) if trace in artifacts]
+        candidates = {trace: (path, self._builds[path].args) for trace, path in artifacts.items()}
         samples: dict[str, list[float]] = {trace: [] for trace in usable}
         timeout = self._config.run_timeout_secs * math.ceil(len(usable) / self._config.repeat)
         for start in range(rounds if usable else 0):
             self._check_cancel()
             order = usable[start % len(usable) :] + usable[: start % len(usable)]
-            paths = tuple(artifacts[trace] for trace in order)
-            request = RoundRequest(workload, paths, self._target, self._config)
+            request = RoundRequest(
+                workload, tuple(candidates[trace] for trace in order), self._target, self._config
+            )
             for trace, sample in zip(order, self._runner.call(request, timeout), strict=True):
                 samples[trace].append(sample)
         return [samples.get(trace, []) for trace in traces]
@@ -189,11 +197,14 @@ class LocalMeasurer:
                 slowest = max(self._fastest, key=lambda kept: self._fastest[kept][0])
                 if self._fastest[slowest][0] <= median:
                     continue
-                Path(self._fastest.pop(slowest)[1]).unlink(missing_ok=True)
+                dropped = self._fastest.pop(slowest)[1]
+                Path(dropped).unlink(missing_ok=True)
+                del self._builds[dropped]
             self._kept_count += 1
-            kept = self._workdir / "fastest" / f"{self._kept_count}.so"
+            kept = str(self._workdir / "fastest" / f"{self._kept_count}.so")
             shutil.copyfile(self._artifacts[trace], kept)
-            self._fastest[trace] = (median, str(kept))
+            self._builds[kept] = self._builds[self._artifacts[trace]]
+            self._fastest[trace] = (median, kept)
 
     def close(self) -> None:
         for child in [*self._all_builders, self._runner]:
@@ -201,44 +212,55 @@ class LocalMeasurer:
         shutil.rmtree(self._workdir, ignore_errors=True)
 
     def _start_batch(self) -> None:
-        shutil.rmtree(self._workdir / f"batch-{self._batch}", ignore_errors=True)
+        batch = self._workdir / f"batch-{self._batch}"
+        shutil.rmtree(batch, ignore_errors=True)
+        self._builds = {
+            path: built for path, built in self._builds.items() if Path(path).parent != batch
+        }
         self._batch += 1
         (self._workdir / f"batch-{self._batch}").mkdir()
         self._artifacts = {}
 
     def _build(
-        self, workload: WorkloadRef, trace: str, name: str
-    ) -> tuple[datetime, float] | MeasureResult:
-        """Build one candidate: (start time, build seconds) on success, else the failure."""
+        self, workload: WorkloadRef, trace: str, name: str, *, prepacked: bool = True
+    ) -> tuple[datetime, Built] | MeasureResult:
+        """Build one candidate into ``name``.so: (start time, the build) on success, else the
+        failure. Only a ``prepacked`` build (the one timed) becomes the trace's library."""
         self._check_cancel()
         started_at = _now()
         artifact = str(self._workdir / f"batch-{self._batch}" / f"{name}.so")
         builder = self._builders.get()
         try:
-            request = self._build_request(workload, trace, artifact)
-            build_secs = builder.call(request, self._config.build_timeout_secs)
+            request = self._build_request(workload, trace, artifact, prepacked)
+            built = builder.call(request, self._config.build_timeout_secs)
         except ChildTimeout as error:
             return _failure(ErrorKind.BUILD_TIMEOUT, str(error), started_at)
         except (ChildDied, RequestFailed) as error:
             return _failure(ErrorKind.BUILD, str(error), started_at)
         finally:
             self._builders.put(builder)
-        self._artifacts[trace] = artifact
-        return started_at, build_secs
+        self._builds[artifact] = built
+        if prepacked:
+            self._artifacts[trace] = artifact
+        return started_at, built
 
     def _check_cancel(self) -> None:
         if self._cancel.is_set():
             raise Cancelled("measuring was cancelled")
 
-    def _build_request(self, workload: WorkloadRef, trace: str, artifact_path: str) -> Request:
+    def _build_request(
+        self, workload: WorkloadRef, trace: str, artifact_path: str, prepacked: bool
+    ) -> Request:
         """The request that builds one candidate into ``artifact_path``."""
-        return BuildRequest(workload, trace, self._target, artifact_path)
+        return BuildRequest(workload, trace, self._target, artifact_path, prepacked)
 
     def _run(
-        self, workload: WorkloadRef, trace: str, built: tuple[datetime, float]
+        self, workload: WorkloadRef, trace: str, outcome: tuple[datetime, Built]
     ) -> MeasureResult:
-        started_at, build_secs = built
-        request = RunRequest(workload, self._artifacts[trace], self._target, self._config)
+        started_at, built = outcome
+        build_secs = built.secs
+        artifact = self._artifacts[trace]
+        request = RunRequest(workload, artifact, built.args, self._target, self._config)
         try:
             samples = self._runner.call(request, self._config.run_timeout_secs)
         except ChildTimeout as error:

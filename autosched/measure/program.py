@@ -11,15 +11,27 @@ from dataclasses import dataclass
 
 import numpy as np
 import tvm
+import tvm_ffi
+from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
 
 from autosched.intrinsics import use_tensor_intrinsics
 from autosched.measure.config import MeasureConfig
 from autosched.records import WorkloadRef
 from autosched.schedule import apply_trace
 from autosched.target import to_tvm_target
-from autosched.workload import Workload, mismatch, random_inputs, resolve_workload
+from autosched.workload import (
+    Workload,
+    buffer_args,
+    mismatch,
+    random_arrays,
+    random_inputs,
+    resolve_workload,
+)
 
 TIMING_SEED = 0
+
+ArgSpecs = tuple[tuple[tuple[int, ...], str], ...]
+"""Shape and dtype of each argument of a built program."""
 
 
 _CACHE_SIZE = 8
@@ -58,34 +70,68 @@ def _to_device(arrays: list[np.ndarray], dev: tvm.runtime.Device) -> list[tvm.ru
 
 
 @dataclass(frozen=True)
+class Built:
+    """A built candidate: how long the build took, the arguments its ``main`` takes, and whether
+    it takes its weights packed ahead of time (then not in the workload's own layout)."""
+
+    secs: float
+    args: ArgSpecs
+    prepacked: bool
+
+
+@dataclass(frozen=True)
 class BuildRequest:
-    """Replay a trace onto the workload, compile it for the target, export a shared library."""
+    """Replay a trace onto the workload, compile it for the target, export a shared library.
+
+    A schedule that stores a layout-free weight in a layout of its own starts with a block that
+    packs it. With ``prepacked`` (for timing) that block is left out and the program takes the
+    weight packed, as a deployed model packs its weights once, outside the calls; without it (to
+    check the result) the program takes the weight as the workload does and packs it itself.
+    """
 
     workload: WorkloadRef
     trace_json: str
     target: dict
     artifact_path: str
+    prepacked: bool = True
 
-    def execute(self) -> float:
+    def execute(self) -> Built:
         start = time.perf_counter()
         use_tensor_intrinsics(self.target)
-        sch = apply_trace(_workload(self.workload).mod, self.trace_json)
-        tvm.compile(sch.mod, target=to_tvm_target(self.target)).export_library(self.artifact_path)
-        return time.perf_counter() - start
+        workload = _workload(self.workload)
+        mod = apply_trace(workload.mod, self.trace_json).mod
+        prepacked = False
+        if self.prepacked:
+            packed = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)
+            # a packed layout can keep the shape (a transpose): the packing block tells
+            prepacked = not tvm_ffi.structural_equal(packed, mod)
+            mod = packed
+        tvm.compile(mod, target=to_tvm_target(self.target)).export_library(self.artifact_path)
+        args = tuple(buffer_args(mod["main"], workload.name))
+        return Built(time.perf_counter() - start, args, prepacked)
+
+
+def _timing_args(ref: WorkloadRef, args: ArgSpecs, dev: tvm.runtime.Device) -> list:
+    """Random arguments of these shapes for timing: the same for every candidate of a workload
+    that takes its arguments as the workload does."""
+    arrays = random_arrays(args, _workload(ref).num_outputs or 0, TIMING_SEED)
+    return _to_device(arrays, dev)
 
 
 @dataclass(frozen=True)
 class RunRequest:
-    """Time a built candidate on random inputs; returns every repeat's mean in seconds."""
+    """Time a built candidate, whose ``main`` takes ``args``, on random inputs; returns every
+    repeat's mean in seconds."""
 
     workload: WorkloadRef
     artifact_path: str
+    args: ArgSpecs
     target: dict
     config: MeasureConfig
 
     def execute(self) -> list[float]:
         dev = _device(self.target, self.config.device_index)
-        args = _to_device(random_inputs(_workload(self.workload), TIMING_SEED), dev)
+        args = _timing_args(self.workload, self.args, dev)
         timed = _warm_timer(self.artifact_path, args, dev, self.config, self.config.repeat)
         return [float(sample) for sample in timed.results]
 
@@ -97,17 +143,20 @@ class RoundRequest:
     seconds."""
 
     workload: WorkloadRef
-    artifact_paths: tuple[str, ...]
+    candidates: tuple[tuple[str, ArgSpecs], ...]  # (library, the arguments its main takes)
     target: dict
     config: MeasureConfig
 
     def execute(self) -> list[float]:
         dev = _device(self.target, self.config.device_index)
-        args = _to_device(random_inputs(_workload(self.workload), TIMING_SEED), dev)
-        return [
-            float(_warm_timer(path, args, dev, self.config, repeat=1).mean)
-            for path in self.artifact_paths
-        ]
+        timing_args: dict[ArgSpecs, list] = {}
+        samples = []
+        for path, args in self.candidates:
+            if args not in timing_args:
+                timing_args[args] = _timing_args(self.workload, args, dev)
+            timer = _warm_timer(path, timing_args[args], dev, self.config, repeat=1)
+            samples.append(float(timer.mean))
+        return samples
 
 
 def _warm_timer(

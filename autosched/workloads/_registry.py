@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from autosched.errors import UserError
 from autosched.workload import Workload
 
 MAX_BUFFER_ELEMENTS = 2**31 - 1  # past this, buffers need 64-bit indexing
 PRESET = "preset"  # the pseudo-parameter that names one of a workload's presets
+WEIGHTS = "weights"  # the pseudo-parameter naming the inputs that are constant weights
 
 
 @dataclass(frozen=True)
@@ -104,7 +105,10 @@ def get_workload(name: str, params: Mapping[str, object] | None = None) -> Workl
     """Build the registered workload ``name``; parameters not given take their defaults.
 
     The pseudo-parameter ``preset`` fills the parameters of one of the workload's presets; the
-    parameters given with it override the preset's.
+    parameters given with it override the preset's. The pseudo-parameter ``weights`` names the
+    inputs (comma-separated, e.g. ``B`` of matmul) that are constant weights, as a deployed
+    model's are: they become layout-free buffers, which a schedule may store in a layout of its
+    own choosing (MetaSchedule's ``RewriteLayout``), packed once ahead of the calls.
 
     Raises:
         UserError: unknown workload, preset or parameter, a bad value, or a buffer too large.
@@ -115,6 +119,7 @@ def get_workload(name: str, params: Mapping[str, object] | None = None) -> Workl
     given = dict(params or {})
     if PRESET in given:
         given = {**_preset(spec, given.pop(PRESET)), **given}
+    weights = given.pop(WEIGHTS, None)
     allowed = [p.name for p in spec.params]
     unknown = sorted(set(given) - set(allowed))
     if unknown:
@@ -123,6 +128,8 @@ def get_workload(name: str, params: Mapping[str, object] | None = None) -> Workl
         )
     resolved = {p.name: p.parse(given.get(p.name, p.default), name) for p in spec.params}
     workload = spec.build(**resolved)
+    if weights is not None:
+        workload = _with_weights(workload, weights)
     for shape, _dtype in workload.args:
         if math.prod(shape) > MAX_BUFFER_ELEMENTS:
             raise UserError(
@@ -130,6 +137,25 @@ def get_workload(name: str, params: Mapping[str, object] | None = None) -> Workl
                 f"over {MAX_BUFFER_ELEMENTS} elements"
             )
     return workload
+
+
+def _with_weights(workload: Workload, weights: object) -> Workload:
+    """``workload`` with the inputs named in ``weights`` marked as layout-free buffers."""
+    names = [param.name for param in workload.func.params]
+    inputs = names[: len(names) - (workload.num_outputs or 0)]
+    chosen = [word.strip() for word in str(weights).split(",") if word.strip()]
+    unknown = [word for word in chosen if word not in inputs]
+    if not chosen or unknown:
+        raise UserError(
+            f"parameter {WEIGHTS} of {workload.name} names inputs among {', '.join(inputs)}; "
+            f"got {weights!r}"
+        )
+    indices = sorted({inputs.index(word) for word in chosen})
+    return replace(
+        workload,
+        func=workload.func.with_attr("layout_free_buffers", indices),
+        params={**workload.params, WEIGHTS: ",".join(inputs[i] for i in indices)},
+    )
 
 
 def _preset(spec: WorkloadSpec, preset: object) -> dict[str, object]:

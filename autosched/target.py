@@ -42,8 +42,8 @@ def host_target() -> dict:
 
 
 def withheld_features(target: dict, flags: frozenset[str] | None) -> list[str]:
-    """The LLVM features to turn off so that ``target`` uses no vector extension (AVX, AVX-512,
-    AMX) outside ``flags``, the CPU flags Linux reports.
+    """The LLVM features to turn off so that ``target`` (with its own ``mattr``) uses no vector
+    extension (AVX, AVX-512, AMX) outside ``flags``, the CPU flags Linux reports.
 
     LLVM names the CPU by its family and model; a virtual machine can withhold extensions that
     model has (a Zen 4 guest without AVX-512), and a program using them dies of SIGILL. Turning
@@ -55,8 +55,9 @@ def withheld_features(target: dict, flags: frozenset[str] | None) -> list[str]:
     present = {_flag_name(flag) for flag in flags}
     disabled: list[str] = []
     for _ in range(64):  # each pass turns one more feature off; a CPU has far fewer
+        own = list(target.get("mattr", []))
         features = codegen.llvm_get_cpu_features(
-            to_tvm_target({**target, "mattr": [f"-{name}" for name in disabled]})
+            to_tvm_target({**target, "mattr": own + [f"-{name}" for name in disabled]})
         )
         missing = sorted(
             str(name)

@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from autosched.background import BackgroundLoop
+from autosched.cpu import cpu_flags
 from autosched.errors import Conflict, NotFound, ServiceUnavailable, TooLarge, UserError
 from autosched.log import TuningLog
 from autosched.log.jobs import JobStore
@@ -53,7 +54,7 @@ from autosched.model.tuning import (
 )
 from autosched.protocol import ModelJobCreate
 from autosched.records import JobProgress, JobStatus, ModelJobProgress
-from autosched.target import canonical_target, host_target, parse_target
+from autosched.target import canonical_target, host_target, parse_target, withheld_features
 
 logger = logging.getLogger(__name__)
 
@@ -245,7 +246,7 @@ class ModelDriver(BackgroundLoop):
                 reused={t.position: t.reused_records for t in progress.tasks},
             )
             executable = compile_model(model, schedules, target)
-            unchecked = _why_not_checked_here(target)
+            unchecked = why_not_checked_here(target)
             if unchecked is not None:
                 check = {"ran": False, "reference": model.reference_name, "reason": unchecked}
                 self._models.end(progress.id, JobStatus.FINISHED, output_check=check)
@@ -296,9 +297,10 @@ def _same_tasks(tasks: Sequence[ModelTask], progress: ModelJobProgress) -> list[
     return list(tasks)
 
 
-def _why_not_checked_here(target: dict) -> str | None:
+def why_not_checked_here(target: dict) -> str | None:
     """Why the server cannot run the model compiled for ``target`` to check its outputs, or
-    None when it can (an LLVM target of this machine's triple and CPU)."""
+    None when it can (an LLVM target of this machine's triple and CPU, using no vector extension
+    this machine withholds)."""
     if target.get("kind") != "llvm":
         return (
             f"the target is {target.get('kind')}; the server checks outputs on its own CPU, "
@@ -309,6 +311,9 @@ def _why_not_checked_here(target: dict) -> str | None:
         wanted = target.get(attribute) or host[attribute]
         if wanted != host[attribute]:
             return f"the target's {attribute} is {wanted}, the server's CPU {host[attribute]}"
+    withheld = withheld_features(target, cpu_flags())
+    if withheld:
+        return f"the target uses {', '.join(withheld)}, which the server's CPU does not offer"
     return None
 
 

@@ -20,7 +20,9 @@ from test_service_e2e import Service
 
 from autosched.log.tokens import Role
 from autosched.server.api.app import create_app
+from autosched.server.models import why_not_checked_here
 from autosched.server.settings import Settings
+from autosched.target import host_target
 
 TARGET = json.dumps({"kind": "llvm", "mcpu": "skylake-avx512", "num-cores": 2})
 MAX_MODEL = 64 << 10  # the MLP file is 18 KiB
@@ -148,3 +150,15 @@ def test_a_model_is_tuned_by_the_workers_through_a_server_restart(
     (expected,) = session.run(None, {"x": x})
     got = _run_library(library.content, tmp_path / "mlp.so", x)
     np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
+
+
+def test_the_server_checks_outputs_only_where_its_cpu_runs_the_target() -> None:
+    host = host_target()
+    assert why_not_checked_here(host) is None
+    assert "cuda" in str(why_not_checked_here({"kind": "cuda", "arch": "sm_90"}))
+    other = {**host, "mcpu": "generic" if host["mcpu"] != "generic" else "x86-64"}
+    assert "mcpu" in str(why_not_checked_here(other))
+    # a target of this CPU model with an extension this machine withholds would die of SIGILL
+    if host.get("mattr"):
+        unmasked = {key: value for key, value in host.items() if key != "mattr"}
+        assert "does not offer" in str(why_not_checked_here(unmasked))

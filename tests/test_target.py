@@ -65,6 +65,7 @@ def test_vector_extensions_a_virtual_machine_withholds_are_turned_off() -> None:
     assert withheld_features(ZEN4, ZEN4_FLAGS - {"avx512_bf16"}) == ["avx512bf16"]
     assert withheld_features(ZEN4, ZEN4_FLAGS) == []
     assert withheld_features(ZEN4, None) == []
+    assert withheld_features({**ZEN4, "mattr": ["-avx512f"]}, ZEN4_AVX2_FLAGS) == []
 
 
 @pytest.mark.parametrize("text", [None, "", "llvm", "host", "  LLVM "])

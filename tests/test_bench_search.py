@@ -35,14 +35,14 @@ def test_every_arm_on_the_replay_simulator(tmp_path: Path) -> None:
         load_recording(DATA / "small_matmuls.json.gz", log, host_target())
     plot = tmp_path / "search.png"
     result = autosched(
-        "bench", "search", "matmul", *SHAPE, "--trials", "8", "--seeds", "2", "--batch", "4",
+        "bench", "search", "matmul", *SHAPE, "--trials", "8", "--seeds", "3", "--batch", "4",
         "--arms", "cold,warm,neighbours,tpe,random",
         "--db", url, "--replay", "--json", "--plot", str(plot), cwd=tmp_path,
     )  # fmt: skip
     document = json.loads(result.stdout)
     assert document["replay"] is True
     (matmul,) = document["results"]
-    _check_curves(matmul, ["cold", "warm", "neighbours", "tpe", "random"], seeds=2, trials=8)
+    _check_curves(matmul, ["cold", "warm", "neighbours", "tpe", "random"], seeds=3, trials=8)
     for run in matmul["runs"]:
         assert run["simulated"]["refused"] == 0
         assert run["simulated"]["replayed"] + run["simulated"]["predicted"] == 1 + 8

@@ -5,7 +5,6 @@ ratio of tuned to peer and the share of the roofline bound reached; as rows, JSO
 from __future__ import annotations
 
 import tempfile
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -13,6 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from autosched.bench import plotting as plots
+from autosched.bench.timing import time_call
 from autosched.errors import UserError
 from autosched.log import TuningLog
 from autosched.measure import LocalMeasurer
@@ -21,10 +21,6 @@ from autosched.tuner import TuneOptions, tune
 from autosched.workload import Workload, random_inputs
 from autosched.workloads import get_workload
 from autosched.workloads.peers import Peer, peer_for
-
-# Peers are timed like candidates: after a warm-up, repeats of at least this long, median.
-PEER_REPEATS = 5
-PEER_MIN_REPEAT_SECS = 0.05
 
 
 @dataclass(frozen=True)
@@ -215,22 +211,6 @@ def _peer_secs(
     assert peer.bind is not None and workload.num_outputs is not None
     inputs = random_inputs(workload, seed)[: -workload.num_outputs]
     return time_call(peer.bind(inputs))
-
-
-def time_call(call: Callable[[], object]) -> float:
-    """Median seconds per call: one warm-up call, then repeats of at least 50 ms each."""
-    call()
-    start = time.perf_counter()
-    call()
-    once = max(time.perf_counter() - start, 1e-9)
-    number = max(1, int(PEER_MIN_REPEAT_SECS / once))
-    samples = []
-    for _ in range(PEER_REPEATS):
-        start = time.perf_counter()
-        for _ in range(number):
-            call()
-        samples.append((time.perf_counter() - start) / number)
-    return float(np.median(samples))
 
 
 def plot_rows(rows: Sequence[KernelRow], path: Path) -> None:

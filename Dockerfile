@@ -14,7 +14,8 @@ COPY pyproject.toml README.md ./
 COPY autosched ./autosched
 COPY server ./server
 COPY workers ./workers
-RUN pip install . && useradd --create-home --uid 1000 autosched
+# [models]: the server imports uploaded ONNX models and checks them against ONNX Runtime.
+RUN pip install ".[models]" && useradd --create-home --uid 1000 autosched
 USER autosched
 WORKDIR /home/autosched
 ENTRYPOINT ["autosched"]

@@ -105,3 +105,8 @@ def test_every_command_is_a_real_autosched_command(compose: dict[str, Any]) -> N
     for command in commands:
         result = autosched(*command, "--help", cwd=ROOT)
         assert "Usage:" in result.stdout
+
+
+def test_the_server_image_reads_onnx_uploads(dockerfile: str) -> None:
+    cpu_stage = dockerfile.split("FROM ")[1]
+    assert cpu_stage.startswith("python:") and 'pip install ".[models]"' in cpu_stage

@@ -1,16 +1,21 @@
-"""The `autosched bench` sub-commands: `kernels` (the workload zoo against peers and roofline) and
-`search` (how many trials each way of searching needs)."""
+"""The `autosched bench` sub-commands: `kernels` (the workload zoo against peers and roofline),
+`search` (how many trials each way of searching needs) and `models` (whole models against stock
+TVM, PyTorch and ONNX Runtime)."""
 
 from __future__ import annotations
 
 import json
 from dataclasses import asdict
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
+
+if TYPE_CHECKING:
+    from autosched.bench.models import ModelRow
 
 bench_app = typer.Typer(
     help="Benchmarks on this machine.", no_args_is_help=True, pretty_exceptions_enable=False
@@ -225,3 +230,89 @@ def search(
 
 def _reach(trials: int | None) -> str:
     return "never" if trials is None else str(trials)
+
+
+@bench_app.command("models")
+def models(
+    names: Annotated[
+        str | None,
+        typer.Option(
+            "--models",
+            help="Comma-separated among mlp, resnet18, bert_layer, mobilenet_v2, convs2s "
+            "(default: all).",
+        ),
+    ] = None,
+    trials: Annotated[
+        int, typer.Option(min=1, max=100_000, help="Trials per model, for each tuner.")
+    ] = 2000,
+    db: Annotated[
+        str | None, typer.Option(help="Tuning log to continue (default: a throw-away one).")
+    ] = None,
+    seed: Annotated[int, typer.Option(help="Seed of autosched's search.")] = 0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
+    plot: Annotated[Path | None, typer.Option(help="Write a PNG chart here.")] = None,
+) -> None:
+    """Per model: autosched tuned, stock TVM tuned at the same budget, TVM untuned, PyTorch eager,
+    torch.compile and ONNX Runtime, timed alike on this CPU; both tuners' wall time."""
+    from autosched.bench.model_zoo import zoo_models
+    from autosched.bench.models import bench_models, plot_rows
+    from autosched.model.compile import OutputMismatch
+    from autosched.target import host_target
+
+    chosen = zoo_models(names)
+    target_json = host_target()
+    try:
+        rows = bench_models(
+            chosen,
+            target_json,
+            trials=trials,
+            db_url=db,
+            seed=seed,
+            on_step=None if as_json else lambda step: _err.print(escape(step), highlight=False),
+            on_row=None if as_json else _print_model_row,
+        )
+    except OutputMismatch as error:
+        _err.print(f"[red]error:[/red] {escape(str(error))}", highlight=False, soft_wrap=True)
+        raise typer.Exit(code=1) from None
+    if plot is not None:
+        plot_rows(rows, plot)
+    if as_json:
+        print(json.dumps({"target": target_json, "trials": trials, "rows": [
+            row.as_json() for row in rows
+        ]}))  # fmt: skip
+
+
+def _print_model_row(row: ModelRow) -> None:
+    """A model's contenders as a table, and what autosched's tuning found."""
+    from autosched.bench.models import Contender
+
+    table = Table(
+        "contender", "median ms", "spread ms", "autosched speedup", "tuning s", "note",
+        title=f"{row.model} ({row.summary}) on {row.cpu}, {row.threads} threads; "
+        f"{row.trials} trials per tuner",
+    )  # fmt: skip
+    tuning = {
+        Contender.AUTOSCHED: row.autosched_tune_secs,
+        Contender.STOCK_TVM: row.stock_tune_secs,
+    }
+    for latency in row.latencies:
+        timing = latency.timing
+        table.add_row(
+            latency.contender.label,
+            "-" if timing is None else f"{timing.median_secs * 1e3:.3f}",
+            "-" if timing is None
+            else f"{timing.min_secs * 1e3:.3f} - {timing.max_secs * 1e3:.3f}",
+            "1.00" if latency.contender is Contender.AUTOSCHED
+            else _number(row.speedup_over(latency.contender), 2),
+            _number(tuning.get(latency.contender), 0),
+            latency.note or "",
+        )  # fmt: skip
+    _out.print(table)
+    _out.print(
+        f"autosched: {row.autosched_trials} trials over {row.tasks} tasks; outputs match "
+        f"PyTorch eager (max abs error {row.max_abs_error:.2g}); slowest task "
+        f"{escape(row.slowest_task or '-')} ({_number(row.slowest_task_us, 1)} us, weight x "
+        "latency)",
+        highlight=False,
+        soft_wrap=True,
+    )

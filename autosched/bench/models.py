@@ -1,0 +1,466 @@
+"""`autosched bench models`: the models of the zoo (``autosched.bench.model_zoo``) end to end on
+this CPU, per model: autosched's compiled model after tuning, stock TVM's
+``static_shape_tuning_pipeline`` at the same budget, TVM with its default schedules, PyTorch eager,
+``torch.compile`` (inductor) and ONNX Runtime, all timed in one run by one protocol
+(``autosched.bench.timing``) on as many threads as the CPU has physical cores; and the wall time
+of the two tuners.
+
+Each model is exported with ``torch.export`` and imported through the model loader, as
+`autosched tune MODEL.pt2` imports it. autosched tunes in this process (its measuring children
+keep PyTorch out); stock TVM tunes in a child process (``autosched.bench.stock_tvm``) whose
+MetaSchedule builder and runner processes are started without PyTorch too.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+
+import numpy as np
+import tvm
+from tvm import relax
+
+from autosched.bench import plotting as plots
+from autosched.bench.model_zoo import ZooModel, torch
+from autosched.bench.timing import Timing, time_repeats
+from autosched.log import TuningLog
+from autosched.measure import LocalMeasurer
+from autosched.model.compile import (
+    OutputMismatch,
+    best_schedules,
+    check_outputs,
+    compile_model,
+    compile_untuned,
+    random_model_inputs,
+)
+from autosched.model.load import Model, load_model
+from autosched.model.tasks import extract_tasks
+from autosched.model.tuning import ModelTuneOptions, ModelTuneReport, tune_model
+from autosched.target import device_fingerprint
+from autosched.workload import mismatch
+
+MODEL_REPEATS = 10
+"""Timed repeats per contender and model (each at least 50 ms, after a warm-up)."""
+
+
+class Contender(str, Enum):
+    """What runs a model, in the order of the report."""
+
+    AUTOSCHED = "autosched"
+    STOCK_TVM = "tvm_metaschedule"
+    TVM_UNTUNED = "tvm_untuned"
+    PYTORCH_EAGER = "pytorch_eager"
+    TORCH_COMPILE = "torch_compile"
+    ONNXRUNTIME = "onnxruntime"
+
+    @property
+    def label(self) -> str:
+        return _LABELS[self]
+
+
+_LABELS = {
+    Contender.AUTOSCHED: "autosched (tuned)",
+    Contender.STOCK_TVM: "TVM MetaSchedule",
+    Contender.TVM_UNTUNED: "TVM untuned",
+    Contender.PYTORCH_EAGER: "PyTorch eager",
+    Contender.TORCH_COMPILE: "torch.compile",
+    Contender.ONNXRUNTIME: "ONNX Runtime",
+}
+
+Inference = Callable[[], object]
+"""One run of a model on fixed inputs, as a contender runs it."""
+
+
+@dataclass(frozen=True)
+class Latency:
+    """A contender's time per run of a model, or why it has none."""
+
+    contender: Contender
+    timing: Timing | None
+    note: str | None = None
+
+    def as_json(self) -> dict[str, object]:
+        timing = self.timing
+        return {
+            "median_us": None if timing is None else timing.median_secs * 1e6,
+            "min_us": None if timing is None else timing.min_secs * 1e6,
+            "max_us": None if timing is None else timing.max_secs * 1e6,
+            "repeats": None if timing is None else timing.repeats,
+            "note": self.note,
+        }
+
+
+@dataclass(frozen=True)
+class ModelRow:
+    """One model of the run. ``trials`` is each tuner's budget; ``autosched_trials`` the
+    measurements autosched made of it (a task the log had tuned is reused, not measured)."""
+
+    model: str
+    summary: str
+    cpu: str
+    threads: int
+    trials: int
+    autosched_trials: int
+    tasks: int
+    latencies: tuple[Latency, ...]
+    autosched_tune_secs: float
+    stock_tune_secs: float | None
+    max_abs_error: float
+    slowest_task: str | None
+    slowest_task_us: float | None
+
+    def latency(self, contender: Contender) -> Latency:
+        return next(latency for latency in self.latencies if latency.contender is contender)
+
+    def median_us(self, contender: Contender) -> float | None:
+        timing = self.latency(contender).timing
+        return None if timing is None else timing.median_secs * 1e6
+
+    def speedup_over(self, contender: Contender) -> float | None:
+        """The contender's median latency over autosched's."""
+        ours, theirs = self.median_us(Contender.AUTOSCHED), self.median_us(contender)
+        return None if ours is None or theirs is None else theirs / ours
+
+    def as_json(self) -> dict[str, object]:
+        return {
+            "model": self.model,
+            "summary": self.summary,
+            "cpu": self.cpu,
+            "threads": self.threads,
+            "trials": self.trials,
+            "autosched_trials": self.autosched_trials,
+            "tasks": self.tasks,
+            "latency": {lat.contender.value: lat.as_json() for lat in self.latencies},
+            "autosched_speedup": {
+                lat.contender.value: self.speedup_over(lat.contender)
+                for lat in self.latencies
+                if lat.contender is not Contender.AUTOSCHED
+            },
+            "autosched_tune_secs": self.autosched_tune_secs,
+            "stock_tune_secs": self.stock_tune_secs,
+            "max_abs_error": self.max_abs_error,
+            "slowest_task": self.slowest_task,
+            "slowest_task_us": self.slowest_task_us,
+        }
+
+
+def cpu_name(target: dict) -> str:
+    """The CPU as a row names it: its model, LLVM's name for it and its physical cores."""
+    fingerprint = device_fingerprint(target)
+    return (
+        f"{fingerprint['cpu_model']} ({target.get('mcpu', 'generic')}, "
+        f"{fingerprint['physical_cores']} cores)"
+    )
+
+
+def use_threads(threads: int) -> None:
+    """Run TVM and PyTorch on ``threads`` threads: TVM's pool reads ``TVM_NUM_THREADS`` as it
+    starts, in this process and in the measuring processes started after this call (left alone,
+    TVM takes half the logical CPUs). ONNX Runtime's sessions are given the number as made."""
+    os.environ["TVM_NUM_THREADS"] = str(threads)
+    torch.set_num_threads(threads)
+
+
+def bench_models(
+    models: Sequence[ZooModel],
+    target: dict,
+    *,
+    trials: int,
+    db_url: str | None = None,
+    seed: int = 0,
+    on_step: Callable[[str], None] | None = None,
+    on_row: Callable[[ModelRow], None] | None = None,
+) -> list[ModelRow]:
+    """Tune, build and time each of ``models`` with every contender; see the module's docstring.
+
+    autosched tunes into ``db_url`` (continuing what is there) or a throw-away log. ``on_step``
+    hears what is being done, ``on_row`` each model's row as it is done.
+
+    Raises:
+        OutputMismatch: autosched's compiled model computes something else than PyTorch.
+    """
+    threads = int(target.get("num-cores") or 1)
+    use_threads(threads)
+    cpu = cpu_name(target)
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="autosched-bench-models-") as work:
+        log = TuningLog(db_url or f"sqlite:///{Path(work) / 'bench.db'}")
+        try:
+            for zoo_model in models:
+                model_work = Path(work) / zoo_model.name
+                model_work.mkdir()
+                bench = _ModelBench(zoo_model, target, model_work, threads, on_step)
+                row = bench.run(log, trials, seed, cpu)
+                rows.append(row)
+                if on_row is not None:
+                    on_row(row)
+        finally:
+            log.close()
+    return rows
+
+
+class _ModelBench:
+    """One model through every contender: first tuned and built by each, then timed one after
+    the other, so that no timing overlaps a tuning or a compilation."""
+
+    def __init__(
+        self,
+        zoo_model: ZooModel,
+        target: dict,
+        work: Path,
+        threads: int,
+        on_step: Callable[[str], None] | None,
+    ) -> None:
+        self.zoo_model = zoo_model
+        self.target = target
+        self.work = work
+        self.threads = threads
+        self.on_step = on_step
+        self.module, example = zoo_model.instantiate()
+        path = work / f"{zoo_model.name}.pt2"
+        torch.export.save(torch.export.export(self.module, example), str(path))
+        self.model: Model = load_model(path)
+        self.inputs = random_model_inputs(self.model.inputs)
+        self.tensors = tuple(torch.from_numpy(array) for array in self.inputs)
+        self.expected = self.model.reference(self.inputs) if self.model.reference else []
+
+    def run(self, log: TuningLog, trials: int, seed: int, cpu: str) -> ModelRow:
+        report, tuned, autosched_secs = self._autosched(log, trials, seed)
+        stock, stock_secs, stock_note = self._stock_tvm(trials)
+        self._step("building with TVM's default schedules; compiling with torch.compile")
+        inferences: dict[Contender, tuple[Inference | None, str | None]] = {
+            Contender.AUTOSCHED: (_vm_inference(tuned, self.inputs), None),
+            Contender.STOCK_TVM: (stock, stock_note),
+            Contender.TVM_UNTUNED: (
+                _vm_inference(compile_untuned(self.model, self.target), self.inputs),
+                None,
+            ),
+            Contender.PYTORCH_EAGER: (self._eager(), None),
+            Contender.TORCH_COMPILE: self._torch_compile(),
+            Contender.ONNXRUNTIME: self._onnxruntime(),
+        }
+        latencies = []
+        for contender, (inference, note) in inferences.items():
+            self._step(f"timing {contender.label}")
+            timing = None if inference is None else time_repeats(inference, MODEL_REPEATS)
+            latencies.append(Latency(contender, timing, note))
+        slowest = max(
+            report.estimated,
+            key=lambda task: task.weight * (task.best_secs or task.baseline_secs or 0.0),
+            default=None,
+        )
+        return ModelRow(
+            model=self.zoo_model.name,
+            summary=self.zoo_model.summary,
+            cpu=cpu,
+            threads=self.threads,
+            trials=trials,
+            autosched_trials=report.trials,
+            tasks=len(report.tasks),
+            latencies=tuple(latencies),
+            autosched_tune_secs=autosched_secs,
+            stock_tune_secs=stock_secs,
+            max_abs_error=report.check.max_abs_error,
+            slowest_task=None if slowest is None else slowest.name,
+            slowest_task_us=None
+            if slowest is None
+            else slowest.weight * (slowest.best_secs or slowest.baseline_secs or 0.0) * 1e6,
+        )
+
+    def _step(self, what: str) -> None:
+        if self.on_step is not None:
+            self.on_step(f"{self.zoo_model.name}: {what}")
+
+    def _autosched(
+        self, log: TuningLog, trials: int, seed: int
+    ) -> tuple[ModelTuneReport, relax.VMExecutable, float]:
+        """Tune with autosched (its output checked against PyTorch eager), then build the model
+        with the log's best schedules. The wall time counts extraction, tuning and the check."""
+        self._step(f"tuning with autosched ({trials} trials)")
+        started = time.perf_counter()
+        tasks = extract_tasks(self.model, self.target)
+        measurer = LocalMeasurer(self.target)
+        try:
+            report = tune_model(
+                self.model, tasks, self.target, log, measurer, ModelTuneOptions(trials, seed=seed)
+            )
+        finally:
+            measurer.close()
+        wall_secs = time.perf_counter() - started
+        tuned = compile_model(self.model, best_schedules(log, tasks, self.target), self.target)
+        return report, tuned, wall_secs
+
+    def _stock_tvm(self, trials: int) -> tuple[Inference | None, float | None, str | None]:
+        """Tune and build with stock TVM in a child process; its outputs are checked against
+        PyTorch eager. The wall time counts tuning and building."""
+        self._step(f"tuning with TVM's static_shape_tuning_pipeline ({trials} trials)")
+        work = self.work / "stock"
+        site = work / "site"
+        site.mkdir(parents=True)
+        # TVM's builder and runner processes import TVM, which imports PyTorch when it is
+        # installed; this keeps it out of them, as of autosched's measuring processes.
+        (site / "sitecustomize.py").write_text(
+            "from autosched.torch_guard import keep_torch_out\n\nkeep_torch_out()\n"
+        )
+        module_json = work / "model.json"
+        module_json.write_text(tvm.ir.save_json(self.model.mod))
+        library_path = work / "model.so"
+        path = os.environ.get("PYTHONPATH")
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(site), path]))}
+        log_path = work / "metaschedule.log"
+        with log_path.open("w") as output:
+            finished = subprocess.run(
+                [sys.executable, "-m", "autosched.bench.stock_tvm", str(module_json),
+                 str(trials), json.dumps(self.target), str(library_path)],
+                stdout=output, stderr=subprocess.STDOUT, env=env, check=False,
+            )  # fmt: skip
+        lines = [line for line in log_path.read_text().splitlines() if line.strip()]
+        if finished.returncode != 0:
+            return None, None, f"stock TVM failed: {lines[-1] if lines else finished.returncode}"
+        wall_secs = json.loads(lines[-1])["wall_secs"]
+        library = tvm.runtime.load_module(str(library_path))
+        try:
+            check_outputs(self.model, library, self.target)
+        except OutputMismatch as error:
+            return None, wall_secs, str(error)
+        return _vm_inference(library, self.inputs), wall_secs, None
+
+    def _eager(self) -> Inference:
+        module, tensors = self.module, self.tensors
+
+        def run() -> object:
+            with torch.no_grad():
+                return module(*tensors)
+
+        return run
+
+    def _torch_compile(self) -> tuple[Inference | None, str | None]:
+        """The module compiled by inductor for the CPU; the first call compiles it."""
+        tensors = self.tensors
+        try:
+            compiled = torch.compile(self.module, backend="inductor")
+            with torch.no_grad():
+                outputs = compiled(*tensors)
+        except Exception as error:  # inductor fails in its own ways (no compiler, an op)
+            return None, f"torch.compile failed: {_first_line(error)}"
+        problem = self._differs([outputs])
+        if problem is not None:
+            return None, f"torch.compile's output {problem}"
+
+        def run() -> object:
+            with torch.no_grad():
+                return compiled(*tensors)
+
+        return run, None
+
+    def _onnxruntime(self) -> tuple[Inference | None, str | None]:
+        """The module exported to ONNX, run by ONNX Runtime on the CPU with every graph
+        optimisation."""
+        try:
+            import onnxruntime
+        except ImportError:
+            return None, "needs onnxruntime: pip install 'autosched[models]'"
+        path = self.work / f"{self.zoo_model.name}.onnx"
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                torch.onnx.export(self.module, self.tensors, str(path), dynamo=False)
+        except Exception as error:  # the exporter's failures are the model's
+            return None, f"the ONNX export failed: {_first_line(error)}"
+        options = onnxruntime.SessionOptions()
+        options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
+        options.intra_op_num_threads = self.threads
+        options.inter_op_num_threads = 1
+        session = onnxruntime.InferenceSession(
+            str(path), options, providers=["CPUExecutionProvider"]
+        )
+        feed = {
+            spec.name: array for spec, array in zip(session.get_inputs(), self.inputs, strict=True)
+        }
+        problem = self._differs(session.run(None, feed))
+        if problem is not None:
+            return None, f"ONNX Runtime's output {problem}"
+        return lambda: session.run(None, feed), None
+
+    def _differs(self, outputs: Sequence[object]) -> str | None:
+        """How ``outputs`` differ from PyTorch eager's, or None."""
+        arrays = [
+            out.detach().numpy() if isinstance(out, torch.Tensor) else np.asarray(out)
+            for out in outputs
+        ]
+        for got, expected in zip(arrays, self.expected, strict=True):
+            problem = mismatch(got, np.asarray(expected))
+            if problem is not None:
+                return problem.replace("the reference", "PyTorch eager's")
+        return None
+
+
+def _vm_inference(
+    executable: relax.VMExecutable | tvm.runtime.Module, inputs: Sequence[np.ndarray]
+) -> Inference:
+    """A Relax VM's ``main`` on ``inputs`` held on the CPU."""
+    device = tvm.cpu()
+    main = relax.VirtualMachine(executable, device)["main"]
+    arguments = [tvm.runtime.tensor(array, device) for array in inputs]
+    return lambda: main(*arguments)
+
+
+def _first_line(error: BaseException) -> str:
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    return lines[0][:200] if lines else type(error).__name__
+
+
+def plot_rows(rows: Sequence[ModelRow], path: Path) -> None:
+    """A PNG: each model's median latency per contender on a log scale with its spread, and each
+    tuner's wall time.
+
+    Raises:
+        UserError: matplotlib is not installed.
+    """
+    pyplot = plots.pyplot()
+    positions = np.arange(len(rows))
+    figure, (latency, tuning) = pyplot.subplots(
+        2, 1, figsize=(max(8, 1.6 * len(rows) + 3), 8), gridspec_kw={"height_ratios": [2, 1]}
+    )
+    width = 0.8 / len(Contender)
+    for offset, contender in enumerate(Contender):
+        medians, lows, highs = [], [], []
+        for row in rows:
+            timing = row.latency(contender).timing
+            medians.append(0.0 if timing is None else timing.median_secs * 1e3)
+            lows.append(0.0 if timing is None else (timing.median_secs - timing.min_secs) * 1e3)
+            highs.append(0.0 if timing is None else (timing.max_secs - timing.median_secs) * 1e3)
+        latency.bar(
+            positions + (offset - (len(Contender) - 1) / 2) * width,
+            medians,
+            width,
+            yerr=[lows, highs],
+            label=contender.label,
+        )
+    latency.set_yscale("log")
+    latency.set_ylabel("latency (ms), median and range")
+    latency.set_xticks(positions, [row.model for row in rows])
+    latency.legend(fontsize="small")
+    latency.set_title(f"autosched bench models on {rows[0].cpu}" if rows else "")
+    for offset, (name, values) in enumerate(
+        [
+            ("autosched", [row.autosched_tune_secs for row in rows]),
+            ("TVM MetaSchedule", [row.stock_tune_secs or 0.0 for row in rows]),
+        ]
+    ):
+        tuning.bar(positions + (offset - 0.5) * 0.35, values, 0.35, label=name)
+    tuning.set_ylabel("tuning wall time (s)")
+    tuning.set_xticks(positions, [f"{row.model} ({row.trials} trials)" for row in rows])
+    tuning.legend(fontsize="small")
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    pyplot.close(figure)

@@ -44,7 +44,7 @@ from autosched.model.compile import (
 )
 from autosched.model.load import Model, load_model
 from autosched.model.tasks import extract_tasks
-from autosched.model.tuning import ModelTuneOptions, ModelTuneReport, tune_model
+from autosched.model.tuning import ModelTuneOptions, ModelTuneReport, TaskOutcome, tune_model
 from autosched.target import device_fingerprint
 from autosched.workload import mismatch
 
@@ -253,11 +253,7 @@ class _ModelBench:
             self._step(f"timing {contender.label}")
             timing = None if inference is None else time_repeats(inference, MODEL_REPEATS)
             latencies.append(Latency(contender, timing, note))
-        slowest = max(
-            report.estimated,
-            key=lambda task: task.weight * (task.best_secs or task.baseline_secs or 0.0),
-            default=None,
-        )
+        slowest = max(report.estimated, key=_weighted_secs, default=None)
         return ModelRow(
             model=self.zoo_model.name,
             summary=self.zoo_model.summary,
@@ -271,9 +267,7 @@ class _ModelBench:
             stock_tune_secs=stock_secs,
             max_abs_error=report.check.max_abs_error,
             slowest_task=None if slowest is None else slowest.name,
-            slowest_task_us=None
-            if slowest is None
-            else slowest.weight * (slowest.best_secs or slowest.baseline_secs or 0.0) * 1e6,
+            slowest_task_us=None if slowest is None else _weighted_secs(slowest) * 1e6,
         )
 
     def _step(self, what: str) -> None:
@@ -307,7 +301,7 @@ class _ModelBench:
         site = work / "site"
         site.mkdir(parents=True)
         # TVM's builder and runner processes import TVM, which imports PyTorch when it is
-        # installed; this keeps it out of them, as of autosched's measuring processes.
+        # installed; this keeps it out of them, as autosched keeps it out of its own.
         (site / "sitecustomize.py").write_text(
             "from autosched.torch_guard import keep_torch_out\n\nkeep_torch_out()\n"
         )
@@ -412,6 +406,12 @@ def _vm_inference(
     main = relax.VirtualMachine(executable, device)["main"]
     arguments = [tvm.runtime.tensor(array, device) for array in inputs]
     return lambda: main(*arguments)
+
+
+def _weighted_secs(task: TaskOutcome) -> float:
+    """What a task adds to the model's latency: its weight times its best (else untuned)
+    latency."""
+    return task.weight * (task.best_secs or task.baseline_secs or 0.0)
 
 
 def _first_line(error: BaseException) -> str:

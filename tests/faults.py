@@ -81,6 +81,16 @@ class Pid:
 
 
 @dataclass(frozen=True)
+class Threads:
+    """Returns the width of the serving process's TVM thread pool."""
+
+    def execute(self) -> int:
+        import tvm
+
+        return int(tvm.get_global_func("runtime.NumThreads")())
+
+
+@dataclass(frozen=True)
 class ParentPid:
     """Returns the id of the serving process's parent: the fork server that forked it."""
 

@@ -11,7 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from faults import Abort, Fail, FaultyMeasurer, ParentPid, Pid, Sleep, faulty_matmul
+from faults import Abort, Fail, FaultyMeasurer, ParentPid, Pid, Sleep, Threads, faulty_matmul
 from helpers import wait_for
 
 from autosched.measure import LocalMeasurer, MeasureConfig
@@ -120,6 +120,16 @@ def _running(pid: int) -> bool:
             return stat.read().split(") ")[-1][0] != "Z"  # a zombie has ended
     except FileNotFoundError:
         return False
+
+
+def test_candidates_are_timed_on_the_targets_cores_and_built_on_one() -> None:
+    cores = os.cpu_count() or 1  # TVM's pool is at most as wide as the CPUs
+    measurer = LocalMeasurer({**host_target(), "num-cores": cores}, FAST)
+    try:
+        assert measurer._runner.call(Threads(), 30) == cores
+        assert measurer._all_builders[0].call(Threads(), 30) == 1
+    finally:
+        measurer.close()
 
 
 def test_every_repeat_is_a_sample_and_failures_are_data(matmul) -> None:

@@ -164,8 +164,9 @@ def cpu_name(target: dict) -> str:
 
 def use_threads(threads: int) -> None:
     """Run TVM and PyTorch on ``threads`` threads: TVM's pool reads ``TVM_NUM_THREADS`` as it
-    starts, in this process and in the measuring processes started after this call (left alone,
-    TVM takes half the logical CPUs). ONNX Runtime's sessions are given the number as made."""
+    starts, in this process and in the processes started after this call (stock MetaSchedule's;
+    left alone, TVM takes half the logical CPUs). ONNX Runtime's sessions are given the number
+    as made."""
     os.environ["TVM_NUM_THREADS"] = str(threads)
     torch.set_num_threads(threads)
 

@@ -249,6 +249,13 @@ def models(
         str | None, typer.Option(help="Tuning log to continue (default: a throw-away one).")
     ] = None,
     seed: Annotated[int, typer.Option(help="Seed of autosched's search.")] = 0,
+    stock: Annotated[
+        bool,
+        typer.Option(
+            "--stock/--no-stock",
+            help="Tune with stock TVM too (its fixed start-up alone is about a minute).",
+        ),
+    ] = True,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
     plot: Annotated[Path | None, typer.Option(help="Write a PNG chart here.")] = None,
 ) -> None:
@@ -268,6 +275,7 @@ def models(
             trials=trials,
             db_url=db,
             seed=seed,
+            stock=stock,
             on_step=None if as_json else lambda step: _err.print(escape(step), highlight=False),
             on_row=None if as_json else _print_model_row,
         )

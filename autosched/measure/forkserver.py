@@ -275,14 +275,16 @@ def run(control: socket.socket) -> None:
 
 
 def _reap(control: socket.socket, live: set[int]) -> None:
-    """Collect the children that exited and tell the parent how."""
-    for pid in list(live):
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            live.discard(pid)
-            message = {"exited": pid, "code": os.waitstatus_to_exitcode(status)}
-            with contextlib.suppress(OSError):
-                control.send(json.dumps(message).encode())
+    """Collect the children that exited (one wait per exit, not one per live child) and tell
+    the parent how."""
+    while live:
+        pid, status = os.waitpid(-1, os.WNOHANG)
+        if pid == 0:
+            return
+        live.discard(pid)
+        message = {"exited": pid, "code": os.waitstatus_to_exitcode(status)}
+        with contextlib.suppress(OSError):
+            control.send(json.dumps(message).encode())
 
 
 def _child(control: socket.socket, fd: int, request: dict) -> None:

@@ -7,12 +7,14 @@ already tuned is reused; a task the admission refuses keeps the default schedule
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import Cli, autosched
+from helpers import Cli
 from model_files import write_conv_block_pt2, write_mlp_onnx
 from test_model_load import ANNOTATED_RELAX_MODEL
 
@@ -31,22 +33,31 @@ class TunedModels:
     conv_report: dict
 
 
-def _tune(root: Path, *args: str) -> dict:
-    result = autosched("tune", *args, "--seed", "0", "--json", cwd=root)
-    return json.loads(result.stdout)
+def _tune(root: Path, *args: str) -> subprocess.Popen[str]:
+    command = [sys.executable, "-m", "autosched", "tune", *args, "--seed", "0", "--json"]
+    return subprocess.Popen(
+        command, cwd=root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
+def _report(tuning: subprocess.Popen[str]) -> dict:
+    out, err = tuning.communicate(timeout=600)
+    assert tuning.returncode == 0, err
+    return json.loads(out)
 
 
 @pytest.fixture(scope="module")
 def tuned(tmp_path_factory: pytest.TempPathFactory) -> TunedModels:
+    """The two models share no task, so they are tuned at once, as two users of one log would."""
     root = tmp_path_factory.mktemp("models")
     db = f"sqlite:///{root / 'log.db'}"
     mlp = write_mlp_onnx(root / "mlp.onnx", batch="batch")
     conv = write_conv_block_pt2(root / "conv.pt2")
-    mlp_report = _tune(
+    mlp_tuning = _tune(
         root, str(mlp), "--input", "x=16x64:float32", "--trials", "4", "--batch", "2", "--db", db
     )
-    conv_report = _tune(root, str(conv), "--trials", "2", "--batch", "2", "--db", db)
-    return TunedModels(root, db, mlp, conv, mlp_report, conv_report)
+    conv_tuning = _tune(root, str(conv), "--trials", "2", "--batch", "2", "--db", db)
+    return TunedModels(root, db, mlp, conv, _report(mlp_tuning), _report(conv_tuning))
 
 
 def _random_input(shape: tuple[int, ...]) -> np.ndarray:

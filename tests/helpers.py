@@ -1,6 +1,6 @@
 """Helpers shared by the tests: a free loopback port, waiting for a condition, running the
-`autosched` command line in a process of its own (``conftest.cli`` runs it in-process), and
-threads released at once."""
+`autosched` command line in a process of its own (``conftest.cli`` runs it in-process),
+threads released at once, and process pool children started as autosched's processes are."""
 
 from __future__ import annotations
 
@@ -12,10 +12,13 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from multiprocessing.synchronize import Barrier as BarrierType
 from pathlib import Path
 from typing import TypeVar
 
 import pytest
+
+from autosched.torch_guard import keep_torch_out
 
 T = TypeVar("T")
 
@@ -69,6 +72,13 @@ def autosched(
     if check and result.returncode != 0:
         raise AssertionError(f"autosched {' '.join(args)} failed:\n{result.stderr}")
     return result
+
+
+def start_like_autosched(barrier: BarrierType) -> None:
+    """A process pool's initializer: keep PyTorch out of the child, as autosched's entry points
+    do (TVM would import it: seconds per process), then wait for the other children."""
+    keep_torch_out()
+    barrier.wait(30)
 
 
 def run_at_once(count: int, task: Callable[[], T]) -> list[T]:

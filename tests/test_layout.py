@@ -55,8 +55,12 @@ def test_layers_import_only_what_lies_below_them(folder: str, forbidden: tuple[s
 
 
 def _loaded_after(module: str) -> set[str]:
-    """Top-level names of the modules a fresh interpreter has loaded after importing ``module``."""
-    script = f"import sys, {module}; print('\\n'.join(sorted(sys.modules)))"
+    """The modules a fresh interpreter, started as autosched's processes start (PyTorch kept
+    out), has loaded after importing ``module``."""
+    script = (
+        "import sys; from autosched.torch_guard import keep_torch_out; keep_torch_out(); "
+        f"import {module}; print('\\n'.join(sorted(sys.modules)))"
+    )
     result = subprocess.run(
         [sys.executable, "-c", script], capture_output=True, text=True, check=True, cwd=ROOT
     )

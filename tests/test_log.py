@@ -20,7 +20,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.config import Config
 from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from helpers import run_at_once
+from helpers import run_at_once, start_like_autosched
 from sqlalchemy import create_engine, inspect, make_url, text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.pool import NullPool
@@ -206,7 +206,9 @@ def test_different_logs_opened_at_once_by_threads_all_work(tmp_path: Path) -> No
 def test_logs_opened_at_once_by_processes_on_a_fresh_database_all_work(db_url: str) -> None:
     context = multiprocessing.get_context("spawn")
     barrier = context.Barrier(3)
-    with ProcessPoolExecutor(3, context, initializer=barrier.wait, initargs=(30,)) as pool:
+    with ProcessPoolExecutor(
+        3, context, initializer=start_like_autosched, initargs=(barrier,)
+    ) as pool:
         ids = list(pool.map(open_and_ensure_target, [db_url] * 3))
     assert len(set(ids)) == 1
 

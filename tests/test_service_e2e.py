@@ -183,6 +183,12 @@ def _assert_fully_measured_once(service: Service, job: dict) -> None:
     assert served_ids == sorted(r.candidate_id for r in records)
 
 
+# Every test here runs on PostgreSQL, the production log and queue that workers share. The
+# service on the embedded SQLite log, with a worker process, a restart and a kill -9, is
+# tests/test_model_service.py's and tests/test_dashboard.py's.
+
+
+@on_postgresql
 def test_jobs_are_tuned_through_the_api_sharing_the_workers(service: Service) -> None:
     service.start_server()
     service.start_worker()
@@ -206,9 +212,6 @@ def test_jobs_are_tuned_through_the_api_sharing_the_workers(service: Service) ->
     assert min(times[0]) < max(times[1]) and min(times[1]) < max(times[0])
     stopped = service.job(cancelled)
     assert stopped["status"] == "cancelled" and stopped["trials_done"] <= 4
-
-
-# Fault tests run on PostgreSQL, the production queue; the happy path runs on both backends.
 
 
 @on_postgresql

@@ -4,17 +4,22 @@ from __future__ import annotations
 
 import json
 import os
+import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pytest
 from helpers import autosched
 
-from autosched.bench.kernels import SUITES, KernelRow, plot_rows, suite_cases
+from autosched.bench.kernels import SUITES, KernelRow, fastest_peer, plot_rows, suite_cases
+from autosched.check import check_peer
 from autosched.errors import UserError
 from autosched.roofline import Calibration, load_calibration, save_calibration
 from autosched.target import host_target
 from autosched.workloads import get_workload
+from autosched.workloads.peers import Peer, peer_for
 
 CALIBRATION = Calibration(
     peak_gflops=100.0,
@@ -103,3 +108,36 @@ def test_a_rate_above_the_stored_peak_raises_it(tmp_path: Path) -> None:
     )
     assert row["roofline_us"] == pytest.approx(max(row["flops"] / (peak * 1e3), 3072 / 10e3))
     assert "the peak is raised" in result.stderr
+
+
+def test_the_fastest_of_a_peers_alternatives_counts_and_each_is_reported() -> None:
+    def taking(secs: float) -> Callable[[list[np.ndarray]], Callable[[], list[np.ndarray]]]:
+        return lambda inputs: lambda: (time.sleep(secs), inputs)[1]
+
+    slow = Peer("library, NCHW", taking(2e-3))
+    peer = replace(slow, alternatives=(Peer("library, channels-last", taking(2e-4)),))
+    fastest, secs, timed = fastest_peer(peer, [np.zeros(4, np.float32)])
+    assert fastest.name == "library, channels-last" and 2e-4 <= secs < 2e-3
+    assert timed is not None and timed.startswith("the fastest of library, NCHW ")
+    assert ", library, channels-last " in timed
+    assert fastest_peer(slow, [np.zeros(4, np.float32)])[2] is None  # nothing to choose from
+
+
+@pytest.mark.parametrize(
+    ("name", "params"),
+    [
+        ("conv2d_nchw", {"N": 1, "H": 9, "W": 9, "CI": 4, "CO": 8, "stride": 2}),
+        ("conv2d_nhwc", {"N": 2, "H": 8, "W": 8, "CI": 4, "CO": 8, "stride": 2}),
+        ("depthwise_conv2d", {"N": 1, "H": 8, "W": 8, "C": 8, "padding": 0}),
+    ],
+)
+def test_pytorch_runs_each_convolution_in_both_memory_layouts_and_both_match(
+    name: str, params: dict
+) -> None:
+    peer = peer_for(get_workload(name, params))
+    assert [way.name.rsplit(", ", 1)[1] for way in (peer, *peer.alternatives)] == [
+        "NCHW",
+        "channels-last",
+    ]
+    result = check_peer(get_workload(name, params), seed=0)
+    assert result.ok, result.detail

@@ -27,3 +27,16 @@ def test_check_of_an_unknown_workload_is_a_one_line_error(tmp_path: Path) -> Non
     result = autosched("check", "no_such_kernel", cwd=tmp_path, check=False)
     assert result.returncode == 2
     assert "unknown workload 'no_such_kernel'" in result.stderr
+
+
+def test_a_convolutions_peer_is_pytorch_in_both_layouts_though_the_cli_keeps_torch_out(
+    tmp_path: Path,
+) -> None:
+    result = autosched(
+        "check", "conv2d_nhwc", "-p", "H=8", "-p", "W=8", "-p", "CI=4", "-p", "CO=8",
+        "--trials", "1", "--json", cwd=tmp_path,
+    )  # fmt: skip
+    peer = next(row for row in json.loads(result.stdout) if row["stage"] == "peer")
+    assert peer["ok"], peer
+    assert peer["detail"].startswith("torch ") and "NCHW and torch " in peer["detail"]
+    assert "channels-last match the reference" in peer["detail"]

@@ -20,7 +20,7 @@ from autosched.roofline import Calibration
 from autosched.tuner import TuneOptions, tune
 from autosched.workload import Workload, random_inputs
 from autosched.workloads import get_workload
-from autosched.workloads.peers import Peer, peer_for
+from autosched.workloads.peers import Peer, peer_for, use_peer_threads
 
 
 @dataclass(frozen=True)
@@ -133,6 +133,9 @@ def bench_kernels(
     are tuned with the same budget.
     """
     workloads = [get_workload(case.workload, case.params) for case in cases]  # bad input first
+    cores = target.get("num-cores")
+    if isinstance(cores, int) and cores > 0:  # the cores the tuned programs are timed on
+        use_peer_threads(cores)
     with tempfile.TemporaryDirectory(prefix="autosched-bench-") as work:
         log = TuningLog(db_url or f"sqlite:///{Path(work) / 'bench.db'}")
         measurer = LocalMeasurer(target)
@@ -160,8 +163,9 @@ def _bench_one(
     seed: int,
 ) -> KernelRow:
     report = tune(workload, target, log, measurer, options)
-    peer = peer_for(workload)
-    peer_secs = _peer_secs(peer, workload, target, log, measurer, options, seed)
+    peer, peer_secs, timed = _timed_peer(
+        peer_for(workload), workload, target, log, measurer, options, seed
+    )
     tuned = report.best_latency_secs
     row = KernelRow(
         workload=workload.name,
@@ -177,7 +181,7 @@ def _bench_one(
         gflops=workload.flops / tuned / 1e9 if tuned and workload.flops else None,
         roofline_us=None,
         roofline_percent=None,
-        note=peer.fallback,
+        note=peer.fallback or timed,
     )
     return row.against(calibration)
 
@@ -197,7 +201,7 @@ def _us(secs: float | None) -> float | None:
     return None if secs is None else secs * 1e6
 
 
-def _peer_secs(
+def _timed_peer(
     peer: Peer,
     workload: Workload,
     target: dict,
@@ -205,12 +209,27 @@ def _peer_secs(
     measurer: LocalMeasurer,
     options: TuneOptions,
     seed: int,
-) -> float | None:
+) -> tuple[Peer, float | None, str | None]:
+    """The peer that counts, its seconds and, where it had alternatives, what each took: a
+    workload peer tuned with the same budget, else a library peer timed on random inputs."""
     if peer.workload is not None:
-        return tune(peer.workload, target, log, measurer, options).best_latency_secs
-    assert peer.bind is not None and workload.num_outputs is not None
-    inputs = random_inputs(workload, seed)[: -workload.num_outputs]
-    return time_call(peer.bind(inputs))
+        return peer, tune(peer.workload, target, log, measurer, options).best_latency_secs, None
+    assert workload.num_outputs is not None
+    return fastest_peer(peer, random_inputs(workload, seed)[: -workload.num_outputs])
+
+
+def fastest_peer(peer: Peer, inputs: list[np.ndarray]) -> tuple[Peer, float, str | None]:
+    """Time a library peer and each of its alternatives on ``inputs``: the fastest, its median
+    seconds and, where there were alternatives, a line with what each took."""
+    timed = []
+    for way in (peer, *peer.alternatives):
+        assert way.bind is not None
+        timed.append((time_call(way.bind(inputs)), way))
+    secs, fastest = min(timed, key=lambda pair: pair[0])
+    if not peer.alternatives:
+        return fastest, secs, None
+    each = ", ".join(f"{way.name} {way_secs * 1e6:.1f} us" for way_secs, way in timed)
+    return fastest, secs, f"the fastest of {each}"
 
 
 def plot_rows(rows: Sequence[KernelRow], path: Path) -> None:

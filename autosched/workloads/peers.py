@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import ModuleType
 
 import numpy as np
 
+from autosched.torch_guard import import_torch
 from autosched.workload import Workload
 from autosched.workloads._registry import get_workload
 from autosched.workloads.image import UNSHARP_RADIUS, UNSHARP_SIGMA, gaussian_taps
@@ -30,13 +31,16 @@ class Peer:
     Exactly one of ``bind`` and ``workload`` is set. ``bind`` takes the workload's inputs and
     returns the call to time (preparation such as layout changes or dequantising weights happens
     in ``bind``, untimed), whose outputs match the workload's. ``fallback`` says why the
-    preferred library was not used, when it was not.
+    preferred library was not used, when it was not. ``alternatives`` are other ways the same
+    library runs the workload (PyTorch's convolutions in channels-last memory): each is timed,
+    and the fastest counts.
     """
 
     name: str
     bind: Bind | None = None
     workload: Workload | None = None
     fallback: str | None = None
+    alternatives: tuple[Peer, ...] = ()
 
 
 def peer_for(workload: Workload) -> Peer:
@@ -52,6 +56,13 @@ def has_peer(name: str) -> bool:
     return name in _PEERS
 
 
+def use_peer_threads(threads: int) -> None:
+    """Run PyTorch peers on ``threads`` threads, as many as the tuned programs are timed on."""
+    torch = _torch()
+    if torch is not None:
+        torch.set_num_threads(threads)
+
+
 def _optional(module: str) -> ModuleType | None:
     try:
         return importlib.import_module(module)
@@ -60,7 +71,11 @@ def _optional(module: str) -> ModuleType | None:
 
 
 def _torch() -> ModuleType | None:
-    return _optional("torch")
+    """PyTorch where installed, let in even where the command line keeps it out of the process."""
+    try:
+        return import_torch()
+    except ImportError:
+        return None
 
 
 def _torch_name(torch: ModuleType) -> str:
@@ -112,34 +127,43 @@ def _torch_peer(workload: Workload, build: Callable[[ModuleType, list], Callable
 
 
 def _conv2d(workload: Workload) -> Peer:
+    """PyTorch's convolution on contiguous tensors in both of its memory layouts, NCHW and
+    channels-last (inputs converted before timing); the faster counts."""
     params = workload.params
     stride, padding = int(params["stride"]), int(params["padding"])
     torch = _torch()
     if torch is None:
         return _scipy_conv2d(workload)
     F = torch.nn.functional
-    if workload.name == "conv2d_nhwc":
+    nhwc = workload.name == "conv2d_nhwc"
+    depthwise = workload.name == "depthwise_conv2d"
 
-        def build(torch: ModuleType, tensors: list) -> Callable[[], object]:
-            data = tensors[0].permute(0, 3, 1, 2)  # NHWC memory seen as channels-last NCHW
-            weight = tensors[1].permute(3, 2, 0, 1).contiguous(memory_format=torch.channels_last)
-            return lambda: F.conv2d(data, weight, stride=stride, padding=padding).permute(
-                0, 2, 3, 1
-            )
-    elif workload.name == "conv2d_nchw":
-
+    def in_memory(layout: object) -> Callable[[ModuleType, list], Callable[[], object]]:
         def build(torch: ModuleType, tensors: list) -> Callable[[], object]:
             data, weight = tensors
-            return lambda: F.conv2d(data, weight, stride=stride, padding=padding)
-    else:  # depthwise
+            if nhwc:  # NHWC data and HWIO weights, seen as NCHW and OIHW
+                data, weight = data.permute(0, 3, 1, 2), weight.permute(3, 2, 0, 1)
+            if depthwise:  # one filter of one channel per channel
+                weight = weight.reshape(weight.shape[0], 1, *weight.shape[1:])
+            data = data.contiguous(memory_format=layout)
+            weight = weight.contiguous(memory_format=layout)
+            groups = weight.shape[0] if depthwise else 1
 
-        def build(torch: ModuleType, tensors: list) -> Callable[[], object]:
-            data, weight = tensors
-            channels = weight.shape[0]
-            filters = weight.reshape(channels, 1, *weight.shape[1:])
-            return lambda: F.conv2d(data, filters, stride=stride, padding=padding, groups=channels)
+            def call() -> object:
+                out = F.conv2d(data, weight, stride=stride, padding=padding, groups=groups)
+                return out.permute(0, 2, 3, 1) if nhwc else out
 
-    return _torch_peer(workload, build)
+            return call
+
+        return build
+
+    nchw = _torch_peer(workload, in_memory(torch.contiguous_format))
+    channels_last = _torch_peer(workload, in_memory(torch.channels_last))
+    return replace(
+        nchw,
+        name=f"{nchw.name}, NCHW",
+        alternatives=(replace(channels_last, name=f"{channels_last.name}, channels-last"),),
+    )
 
 
 def _scipy_conv2d(workload: Workload) -> Peer:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -11,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import autosched
+from helpers import Cli
 
 from autosched.bench.kernels import SUITES, KernelRow, fastest_peer, plot_rows, suite_cases
 from autosched.check import check_peer
@@ -56,15 +55,18 @@ def test_suites_name_valid_workloads_and_bad_requests_are_user_errors() -> None:
 
 
 @pytest.mark.slow
-def test_bench_json_has_every_field_for_a_tiny_run(tmp_path: Path) -> None:
+def test_bench_json_has_every_field_for_a_tiny_run(
+    tmp_path: Path, cli: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
     calibration = tmp_path / "calibration.json"
     save_calibration(host_target(), CALIBRATION, calibration)
-    result = autosched(
+    monkeypatch.setenv("AUTOSCHED_CALIBRATION", str(calibration))
+    result = cli(
         "bench", "kernels", "matmul", "-p", "M=16", "-p", "N=16", "-p", "K=16",
         "--trials", "2", "--json", "--plot", "chart.png",
-        cwd=tmp_path, env={**os.environ, "AUTOSCHED_CALIBRATION": str(calibration)},
     )  # fmt: skip
-    document = json.loads(result.stdout)
+    assert result.code == 0, result.err
+    document = json.loads(result.out)
     assert document["calibration"]["peak_gflops"] == 100.0
     assert document["calibration"]["raised_by"] is None
     (row,) = document["rows"]
@@ -90,15 +92,18 @@ def test_chart_is_a_png(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_a_rate_above_the_stored_peak_raises_it(tmp_path: Path) -> None:
+def test_a_rate_above_the_stored_peak_raises_it(
+    tmp_path: Path, cli: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
     calibration = tmp_path / "calibration.json"
     save_calibration(host_target(), replace(CALIBRATION, peak_gflops=1e-3), calibration)
-    result = autosched(
+    monkeypatch.setenv("AUTOSCHED_CALIBRATION", str(calibration))
+    result = cli(
         "bench", "kernels", "matmul", "-p", "M=16", "-p", "N=16", "-p", "K=16",
         "--trials", "1", "--json",
-        cwd=tmp_path, env={**os.environ, "AUTOSCHED_CALIBRATION": str(calibration)},
     )  # fmt: skip
-    document = json.loads(result.stdout)
+    assert result.code == 0, result.err
+    document = json.loads(result.out)
     (row,) = document["rows"]
     peak = max(row["gflops"], row["flops"] / row["peer_us"] / 1e3)
     assert document["calibration"]["peak_gflops"] == pytest.approx(peak)
@@ -107,7 +112,7 @@ def test_a_rate_above_the_stored_peak_raises_it(tmp_path: Path) -> None:
         **{k: v for k, v in document["calibration"].items() if k != "path"}
     )
     assert row["roofline_us"] == pytest.approx(max(row["flops"] / (peak * 1e3), 3072 / 10e3))
-    assert "the peak is raised" in result.stderr
+    assert "the peak is raised" in result.err
 
 
 def test_the_fastest_of_a_peers_alternatives_counts_and_each_is_reported() -> None:

@@ -8,7 +8,7 @@ from itertools import pairwise
 from pathlib import Path
 
 import pytest
-from helpers import Cli, autosched
+from helpers import Cli
 from recorded import DATA, load_recording
 
 from autosched.log import TuningLog
@@ -29,17 +29,18 @@ def _check_curves(result: dict, arms: list[str], seeds: int, trials: int) -> Non
 
 
 @pytest.mark.slow
-def test_every_arm_on_the_replay_simulator(tmp_path: Path) -> None:
+def test_every_arm_on_the_replay_simulator(tmp_path: Path, cli: Cli) -> None:
     url = f"sqlite:///{tmp_path / 'recorded.db'}"
     with TuningLog(url) as log:
         load_recording(DATA / "small_matmuls.json.gz", log, host_target())
     plot = tmp_path / "search.png"
-    result = autosched(
+    result = cli(
         "bench", "search", "matmul", *SHAPE, "--trials", "8", "--seeds", "3", "--batch", "4",
         "--arms", "cold,warm,neighbours,tpe,random",
-        "--db", url, "--replay", "--json", "--plot", str(plot), cwd=tmp_path,
+        "--db", url, "--replay", "--json", "--plot", str(plot),
     )  # fmt: skip
-    document = json.loads(result.stdout)
+    assert result.code == 0, result.err
+    document = json.loads(result.out)
     assert document["replay"] is True
     (matmul,) = document["results"]
     _check_curves(matmul, ["cold", "warm", "neighbours", "tpe", "random"], seeds=3, trials=8)
@@ -54,12 +55,13 @@ def test_every_arm_on_the_replay_simulator(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_real_builds_and_timings_without_a_source_log(tmp_path: Path) -> None:
-    result = autosched(
+def test_real_builds_and_timings_without_a_source_log(cli: Cli) -> None:
+    result = cli(
         "bench", "search", "matmul", "-p", "M=32", "-p", "N=32", "-p", "K=32", "--trials", "4",
-        "--seeds", "1", "--batch", "4", "--arms", "cold,random", "--json", cwd=tmp_path,
+        "--seeds", "1", "--batch", "4", "--arms", "cold,random", "--json",
     )  # fmt: skip
-    (matmul,) = json.loads(result.stdout)["results"]
+    assert result.code == 0, result.err
+    (matmul,) = json.loads(result.out)["results"]
     _check_curves(matmul, ["cold", "random"], seeds=1, trials=4)
     assert all(run["simulated"] is None for run in matmul["runs"])
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tvm
-from helpers import Cli, autosched
+from helpers import Cli, CliResult, autosched
 from sqlalchemy import create_engine, text
 from tvm.s_tir import meta_schedule as ms
 
@@ -22,6 +22,12 @@ from autosched.target import host_target, to_tvm_target
 from autosched.workloads import get_workload
 
 SHAPE = ["-p", "M=64", "-p", "N=64", "-p", "K=64"]
+
+
+def _ok(result: CliResult) -> str:
+    """What a command that must succeed printed; its error output when it failed."""
+    assert result.code == 0, result.err
+    return result.out
 
 
 def run_matmul(module: tvm.runtime.Module) -> None:
@@ -59,28 +65,28 @@ def test_tune_prints_the_report_as_json(tuned: tuple[Path, dict]) -> None:
 
 
 @pytest.mark.slow
-def test_log_lists_the_tuned_workload(tuned: tuple[Path, dict]) -> None:
+def test_log_lists_the_tuned_workload(tuned: tuple[Path, dict], cli: Cli) -> None:
     work, report = tuned
-    (row,) = json.loads(autosched("log", "--json", cwd=work).stdout)
+    (row,) = json.loads(_ok(cli("log", "--json", cwd=work)))
     assert row["workload_key"] == report["workload_key"]
     assert row["trials"] == 1 + 8  # the untuned baseline and the trials
     assert row["best_latency_us"] == pytest.approx(report["best_latency_us"])
-    table = autosched("log", cwd=work).stdout
+    table = _ok(cli("log", cwd=work))
     assert "matmul" in table and "M=64" in table
 
 
 @pytest.mark.slow
-def test_export_tvmscript_loads_and_computes_matmul(tuned: tuple[Path, dict]) -> None:
+def test_export_tvmscript_loads_and_computes_matmul(tuned: tuple[Path, dict], cli: Cli) -> None:
     work, _ = tuned
-    autosched("export", "matmul", *SHAPE, "--format", "tvmscript", "-o", "best.py", cwd=work)
+    _ok(cli("export", "matmul", *SHAPE, "--format", "tvmscript", "-o", "best.py", cwd=work))
     func = tvm.script.from_source((work / "best.py").read_text())
     run_matmul(tvm.compile(func, target=to_tvm_target(host_target())).jit())
 
 
 @pytest.mark.slow
-def test_export_metaschedule_db_is_used_by_compile_tir(tuned: tuple[Path, dict]) -> None:
+def test_export_metaschedule_db_is_used_by_compile_tir(tuned: tuple[Path, dict], cli: Cli) -> None:
     work, _ = tuned
-    autosched("export", "matmul", *SHAPE, "--format", "metaschedule-db", "-o", "msdb", cwd=work)
+    _ok(cli("export", "matmul", *SHAPE, "--format", "metaschedule-db", "-o", "msdb", cwd=work))
     database = ms.database.JSONDatabase(work_dir=str(work / "msdb"))
     workload = get_workload("matmul", {"M": 64, "N": 64, "K": 64})
     target = to_tvm_target(host_target())
@@ -91,9 +97,11 @@ def test_export_metaschedule_db_is_used_by_compile_tir(tuned: tuple[Path, dict])
 
 
 @pytest.mark.slow
-def test_export_library_runs_and_describes_its_signature(tuned: tuple[Path, dict]) -> None:
+def test_export_library_runs_and_describes_its_signature(
+    tuned: tuple[Path, dict], cli: Cli
+) -> None:
     work, report = tuned
-    autosched("export", "matmul", *SHAPE, "--format", "library", "-o", "lib/mm.so", cwd=work)
+    _ok(cli("export", "matmul", *SHAPE, "--format", "library", "-o", "lib/mm.so", cwd=work))
     run_matmul(tvm.runtime.load_module(str(work / "lib" / "mm.so")))
     sidecar = json.loads((work / "lib" / "mm.json").read_text())
     assert sidecar["function"] == "main"
@@ -103,10 +111,8 @@ def test_export_library_runs_and_describes_its_signature(tuned: tuple[Path, dict
 
 
 @pytest.mark.slow
-def test_workloads_lists_parameters_and_defaults(tmp_path: Path) -> None:
-    listing = {
-        w["name"]: w for w in json.loads(autosched("workloads", "--json", cwd=tmp_path).stdout)
-    }
+def test_workloads_lists_parameters_and_defaults(cli: Cli) -> None:
+    listing = {w["name"]: w for w in json.loads(_ok(cli("workloads", "--json")))}
     assert {"matmul", "batch_matmul", "conv2d_nhwc", "softmax"} <= set(listing)
     params = {p["name"]: p["default"] for p in listing["matmul"]["params"]}
     assert params["M"] == 512 and params["dtype"] == "float32"
@@ -221,7 +227,7 @@ def test_ctrl_c_keeps_completed_batches_and_marks_the_job_interrupted(tmp_path: 
 
 @pytest.mark.slow
 def test_a_users_tvmscript_file_is_tuned_and_checked_against_its_unscheduled_program(
-    tmp_path: Path,
+    tmp_path: Path, cli: Cli
 ) -> None:
     source = get_workload("matmul", {"M": 64, "N": 64, "K": 64}).func.script()
     (tmp_path / "mm.py").write_text("from tvm.script import tirx as T\n\n" + source)
@@ -233,13 +239,13 @@ def test_a_users_tvmscript_file_is_tuned_and_checked_against_its_unscheduled_pro
     assert report["workload"] == "mm" and report["trials"] == 4
     assert report["best_latency_us"] < report["baseline_latency_us"]
     assert report["gflops"] is None  # a user's program has no known FLOP count
-    autosched("export", "--file", "mm.py", "--format", "tvmscript", "-o", "best.py", cwd=tmp_path)
+    _ok(cli("export", "--file", "mm.py", "--format", "tvmscript", "-o", "best.py"))
     func = tvm.script.from_source((tmp_path / "best.py").read_text())
     run_matmul(tvm.compile(func, target=to_tvm_target(host_target())).jit())
 
 
 @pytest.mark.slow
-def test_tune_and_log_through_a_database_url(db_url: str, tmp_path: Path) -> None:
+def test_tune_and_log_through_a_database_url(db_url: str, tmp_path: Path, cli: Cli) -> None:
     tmp_path = tmp_path / "cwd"
     tmp_path.mkdir()
     result = autosched(
@@ -261,7 +267,7 @@ def test_tune_and_log_through_a_database_url(db_url: str, tmp_path: Path) -> Non
         cwd=tmp_path,
     )
     report = json.loads(result.stdout)
-    (row,) = json.loads(autosched("log", "--db", db_url, "--json", cwd=tmp_path).stdout)
+    (row,) = json.loads(_ok(cli("log", "--db", db_url, "--json", cwd=tmp_path)))
     assert row["workload"] == "softmax" and row["trials"] == 1 + report["trials"]
     assert row["best_latency_us"] == pytest.approx(report["best_latency_us"])
     assert not (tmp_path / "autosched.db").exists()

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import Cli, autosched, run_at_once
+from helpers import Cli, run_at_once
 from recorded import DATA, load_recording
 
 from autosched.costmodel.dataset import load_dataset
@@ -161,30 +161,23 @@ def test_a_job_records_the_version_it_started_from(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_model_train_list_and_eval_on_the_command_line(tmp_path: Path) -> None:
+def test_model_train_list_and_eval_on_the_command_line(tmp_path: Path, cli: Cli) -> None:
     url = f"sqlite:///{tmp_path / 'log.db'}"
     with TuningLog(url) as log:
         load_recording(SMALL_MATMULS, log, host_target())
 
-    trained = autosched(
-        "model",
-        "train",
-        "--db",
-        url,
-        "--objective",
-        "pairwise",
-        "--no-eval",
-        "--json",
-        cwd=tmp_path,
-    )
-    model = json.loads(trained.stdout)
+    trained = cli("model", "train", "--db", url, "--objective", "pairwise", "--no-eval", "--json")
+    assert trained.code == 0, trained.err
+    model = json.loads(trained.out)
     assert model["version"] == 1 and model["objective"] == "pairwise" and model["scores"] is None
 
-    listed = autosched("model", "list", "--db", url, "--json", cwd=tmp_path)
-    assert [m["id"] for m in json.loads(listed.stdout)] == [model["id"]]
+    listed = cli("model", "list", "--db", url, "--json")
+    assert listed.code == 0, listed.err
+    assert [m["id"] for m in json.loads(listed.out)] == [model["id"]]
 
-    evaluated = autosched("model", "eval", "--db", url, "--first", "16", "--json", cwd=tmp_path)
-    document = json.loads(evaluated.stdout)
+    evaluated = cli("model", "eval", "--db", url, "--first", "16", "--json")
+    assert evaluated.code == 0, evaluated.err
+    document = json.loads(evaluated.out)
     assert document["family"] == FAMILY and len(document["held_out"]) == 3
     assert all(item["per_job"] is not None for item in document["held_out"])
 

@@ -1,12 +1,15 @@
-"""`autosched check` as a user runs it: the untuned program, a short tuning and the peer."""
+"""`autosched check` as a user runs it: the untuned program, a short tuning and the peer (PyTorch
+where installed, though autosched's processes keep it out until a peer asks for it)."""
 
 from __future__ import annotations
 
 import json
-from pathlib import Path
+import re
+import subprocess
+import sys
 
 import pytest
-from helpers import Cli, autosched
+from helpers import Cli
 
 # Builds real programs or starts processes.
 pytestmark = pytest.mark.slow
@@ -30,15 +33,21 @@ def test_check_of_an_unknown_workload_is_a_one_line_error(cli: Cli) -> None:
     assert "unknown workload 'no_such_kernel'" in result.err
 
 
-def test_a_convolutions_peer_is_pytorch_in_both_layouts_though_the_cli_keeps_torch_out(
-    tmp_path: Path,
-) -> None:
-    # a process of its own: in this one, the tests have imported PyTorch already
-    result = autosched(
-        "check", "conv2d_nhwc", "-p", "H=8", "-p", "W=8", "-p", "CI=4", "-p", "CO=8",
-        "--trials", "1", "--json", cwd=tmp_path,
-    )  # fmt: skip
-    peer = next(row for row in json.loads(result.stdout) if row["stage"] == "peer")
-    assert peer["ok"], peer
-    assert peer["detail"].startswith("torch ") and "NCHW and torch " in peer["detail"]
-    assert "channels-last match the reference" in peer["detail"]
+def test_a_convolutions_peer_is_pytorch_in_both_layouts_where_torch_is_kept_out() -> None:
+    # a process of its own, started as autosched's are: this one has imported PyTorch already
+    program = (
+        "from autosched.torch_guard import keep_torch_out\n"
+        "keep_torch_out()\n"
+        "from autosched.check import check_peer\n"
+        "from autosched.workloads import get_workload\n"
+        "params = {'H': 8, 'W': 8, 'CI': 4, 'CO': 8}\n"
+        "print(check_peer(get_workload('conv2d_nhwc', params), seed=0).detail)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stderr
+    torch = r"torch [0-9.]+ CPU"
+    assert re.fullmatch(
+        f"{torch}, NCHW and {torch}, channels-last match the reference\n", result.stdout
+    )

@@ -4,19 +4,44 @@ TVM's FFI imports PyTorch, when it is installed, as it is itself imported: about
 process that imports TVM on a 2-core machine (`python -c "import tvm"`: 2.2 s without, 6.6 s with
 torch 2.13 installed), paid again by every measuring child, server and worker. A process entry
 point calls `keep_torch_out` first; code that does use PyTorch (loading a `.pt2` model, checking a
-compiled model against it) imports it through `import_torch`.
+compiled model against it, a PyTorch peer) imports it through `import_torch`.
+
+The guard refuses the import from a finder at the head of ``sys.meta_path`` and leaves
+``sys.modules`` alone: libraries that look for PyTorch there (scipy's array-API layer) see it
+absent, not as a ``None`` they would use.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.abc
 import sys
+from collections.abc import Sequence
+from importlib.machinery import ModuleSpec
 from types import ModuleType
 
 
+class _TorchRefused(importlib.abc.MetaPathFinder):
+    """A finder that makes `import torch` (and its submodules) fail as if it were not installed."""
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
+    ) -> ModuleSpec | None:
+        if fullname == "torch" or fullname.startswith("torch."):
+            raise ModuleNotFoundError(
+                "PyTorch is kept out of this process (autosched.torch_guard)", name=fullname
+            )
+        return None
+
+
+_REFUSED = _TorchRefused()
+
+
 def keep_torch_out() -> None:
-    """Make `import torch` fail in this process until `import_torch` lets it in."""
-    sys.modules.setdefault("torch", None)  # type: ignore[arg-type]
+    """Make `import torch` fail in this process until `import_torch` lets it in; a no-op where
+    PyTorch is loaded already."""
+    if "torch" not in sys.modules and _REFUSED not in sys.meta_path:
+        sys.meta_path.insert(0, _REFUSED)
 
 
 def import_torch() -> ModuleType:
@@ -25,6 +50,6 @@ def import_torch() -> ModuleType:
     Raises:
         ImportError: PyTorch is not installed.
     """
-    if "torch" in sys.modules and sys.modules["torch"] is None:
-        del sys.modules["torch"]
+    if _REFUSED in sys.meta_path:
+        sys.meta_path.remove(_REFUSED)
     return importlib.import_module("torch")

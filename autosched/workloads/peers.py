@@ -42,6 +42,11 @@ class Peer:
     fallback: str | None = None
     alternatives: tuple[Peer, ...] = ()
 
+    @property
+    def ways(self) -> tuple[Peer, ...]:
+        """This peer and its alternatives: every way of running the workload to time or check."""
+        return (self, *self.alternatives)
+
 
 def peer_for(workload: Workload) -> Peer:
     """The peer of a built-in workload.

@@ -267,7 +267,8 @@ def _retime_finalists(
     again, side by side, and make the one with the lowest re-timed median the best record
     (``autosched.finalists``); none where the measurer cannot re-time (a replay of a log).
 
-    A candidate whose output was never checked is checked first; one that fails is left out.
+    A candidate whose output was never checked is checked first; one that fails is left out, one
+    that passes has its measurement marked verified, as every best record's is.
     """
     if options.finalists < 1 or not isinstance(measurer, Retimer):
         return []
@@ -276,19 +277,18 @@ def _retime_finalists(
         key=lambda record: record.median_secs or 0.0,
     )
     entrants: list[Entrant] = []
+    checked: set[str] = set()
     for record in timed:
         if len(entrants) == options.finalists:
             break
-        if (
-            record.verified
-            or measurer.verify(workload.ref, record.trace_json, options.seed or 0) is None
-        ):
-            entrants.append(
-                Entrant(record.program_hash, record.trace_json, record.median_secs or 0.0)
-            )
+        if not record.verified:
+            if measurer.verify(workload.ref, record.trace_json, options.seed or 0) is not None:
+                continue
+            checked.add(record.program_hash)
+        entrants.append(Entrant(record.program_hash, record.trace_json, record.median_secs or 0.0))
     if len(entrants) < 2:
         return []
     samples = measurer.retime(workload.ref, [e.trace_json for e in entrants], options.rounds)
     finalists = rank_finalists(entrants, samples)
-    FinalistStore(log).record(job_id, *subject, device_id, finalists)
+    FinalistStore(log).record(job_id, *subject, device_id, finalists, checked)
     return finalists

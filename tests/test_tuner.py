@@ -118,6 +118,45 @@ def test_an_incorrect_candidate_never_becomes_best(tmp_path) -> None:
     assert report.best_latency_secs == best.median_secs
 
 
+def test_a_final_winner_never_checked_before_is_checked_and_its_record_verified(tmp_path) -> None:
+    # one batch verifies only its fastest candidate, so the final checks the other entrants; the
+    # re-timing here makes one of those its winner, as noise can
+    workload = get_workload("matmul", SHAPE)
+    target = host_target()
+    with TuningLog(f"sqlite:///{tmp_path / 'log.db'}") as log:
+        measurer = UncheckedWinsMeasurer(target, log, workload)
+        try:
+            report = tune(
+                workload, target, log, measurer, TuneOptions(trials=4, batch_size=4, seed=4)
+            )
+        finally:
+            measurer.close()
+        ids = _ids(log, workload, target)
+        best = log.best(*ids)
+        records = {r.program_hash: r for r in log.records(*ids)}
+    assert measurer.winner is not None  # an entrant that was unverified when the final began
+    assert report.finalists[0].trace_json == measurer.winner
+    assert best is not None and best.trace_json == measurer.winner and best.verified
+    # every finalist passed the check, so every one's record says so
+    assert all(records[f.program_hash].verified for f in report.finalists)
+
+
+class UncheckedWinsMeasurer(FaultyMeasurer):
+    """Re-times the entrants of a final so that one whose record is not verified yet wins."""
+
+    def __init__(self, target: dict, log: TuningLog, workload) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(target, FAST, {})
+        self._log = log
+        self._workload = workload
+        self.winner: str | None = None
+
+    def retime(self, workload, traces, rounds):  # type: ignore[no-untyped-def]
+        records = self._log.records(*_ids(self._log, self._workload, self._target))
+        unverified = {r.trace_json for r in records if not r.verified}
+        self.winner = next((trace for trace in traces if trace in unverified), None)
+        return [[2e-3 if trace != self.winner else 1e-3] * rounds for trace in traces]
+
+
 class SabotageMeasurer(FaultyMeasurer):
     """Replaces the i-th measured candidate (0-based, baseline excluded) by a faulty program."""
 

@@ -3,12 +3,12 @@ winner made the best record of its workload and target."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
-from sqlalchemy import select
+from sqlalchemy import select, update
 
 from autosched.finalists import Finalist, Interval
-from autosched.log.models import Candidate, FinalistTiming
+from autosched.log.models import Candidate, FinalistTiming, Measurement
 from autosched.log.store import TuningLog
 
 
@@ -31,10 +31,13 @@ class FinalistStore:
         target_id: int,
         device_id: int | None,
         finalists: Sequence[Finalist],
+        checked: Collection[str] = (),
     ) -> None:
         """Store ``finalists`` (ranked, the winner first) of the job; the winner becomes the best
         record of the workload and target. The best record keeps the winner's single measurement,
-        so that later candidates are compared with it like with like.
+        so that later candidates are compared with it like with like. ``checked`` names the
+        programs (by hash) whose output the final checked against the reference: their
+        measurements of this log become verified, so a best record is always a verified one.
 
         Raises:
             ValueError: a finalist's program is not a candidate of this workload and target.
@@ -69,6 +72,15 @@ class FinalistStore:
                     tie=finalist.tie,
                 )
                 for rank, finalist in enumerate(finalists, start=1)
+            )
+            session.execute(
+                update(Measurement)
+                .where(
+                    Measurement.candidate_id.in_([ids[h] for h in checked if h in ids]),
+                    Measurement.imported_at.is_(None),
+                )
+                .values(verified=True)
+                .execution_options(synchronize_session=False)
             )
             winner = finalists[0]
             self._log.set_best(

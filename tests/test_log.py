@@ -21,13 +21,13 @@ from alembic.config import Config
 from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from helpers import run_at_once, start_like_autosched
-from sqlalchemy import create_engine, inspect, make_url, text
+from sqlalchemy import Engine, create_engine, inspect, make_url, text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.pool import NullPool
 
 from autosched.errors import Conflict, UserError
 from autosched.log import TuningLog, default_db_url
-from autosched.log.db import VERSION_TABLE
+from autosched.log.db import VERSION_TABLE, run_migrations, upgrade_schema
 from autosched.log.jobs import JobStore
 from autosched.log.models import Base
 from autosched.records import CandidateResult, ErrorKind, JobStatus, MeasureResult
@@ -122,9 +122,9 @@ def test_migrations_create_every_table_and_reopening_changes_nothing(db_url: str
 
 
 def test_migrations_match_the_models(db_url: str) -> None:
-    TuningLog(db_url).close()
     engine = create_engine(db_url, poolclass=NullPool)
     try:
+        run_migrations(engine)
         with engine.connect() as connection:
             context = MigrationContext.configure(
                 connection, opts={"compare_type": True, "version_table": VERSION_TABLE}
@@ -132,6 +132,67 @@ def test_migrations_match_the_models(db_url: str) -> None:
             assert compare_metadata(context, Base.metadata) == []
     finally:
         engine.dispose()
+
+
+def test_a_fresh_log_gets_the_schema_the_migrations_build(db_url: str) -> None:
+    engine = create_engine(db_url, poolclass=NullPool)
+    try:
+        run_migrations(engine)
+        migrated = _schema(engine)
+        with engine.begin() as connection:
+            Base.metadata.drop_all(connection)
+            connection.execute(text(f"DROP TABLE {VERSION_TABLE}"))
+        assert inspect(engine).get_table_names() == []
+        upgrade_schema(engine)  # a database without a log: the head schema at once
+        assert _schema(engine) == migrated
+        upgrade_schema(engine)  # and it is a log at head, which the migrations leave alone
+        assert _schema(engine) == migrated
+    finally:
+        engine.dispose()
+
+
+def _schema(engine: Engine) -> dict[str, object]:
+    """Every table's columns, keys, indexes and constraints, and the revision, as comparable
+    values."""
+    inspector = inspect(engine)
+    schema: dict[str, object] = {}
+    for table in inspector.get_table_names():
+        schema[table] = {
+            "columns": sorted(
+                (c["name"], str(c["type"]), c["nullable"], str(c["default"]))
+                for c in inspector.get_columns(table)
+            ),
+            "primary key": inspector.get_pk_constraint(table)["constrained_columns"],
+            "foreign keys": sorted(
+                (
+                    fk["name"] or "",
+                    tuple(fk["constrained_columns"]),
+                    fk["referred_table"],
+                    tuple(fk["referred_columns"]),
+                    sorted((k, str(v)) for k, v in fk["options"].items()),
+                )
+                for fk in inspector.get_foreign_keys(table)
+            ),
+            "indexes": sorted(
+                (
+                    ix["name"] or "",
+                    tuple(str(column) for column in ix["column_names"]),
+                    ix["unique"],
+                    sorted((k, str(v)) for k, v in ix.get("dialect_options", {}).items()),
+                )
+                for ix in inspector.get_indexes(table)
+            ),
+            "unique": sorted(
+                (uc["name"] or "", tuple(uc["column_names"]))
+                for uc in inspector.get_unique_constraints(table)
+            ),
+            "checks": sorted(
+                (ck["name"] or "", ck["sqltext"]) for ck in inspector.get_check_constraints(table)
+            ),
+        }
+    with engine.connect() as connection:
+        schema["revision"] = connection.execute(text(f"SELECT * FROM {VERSION_TABLE}")).all()
+    return schema
 
 
 def _head_revision() -> str | None:

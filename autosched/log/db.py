@@ -164,7 +164,18 @@ def check_schema(engine: Engine, *, migrate: bool) -> None:
 
 
 def upgrade_schema(engine: Engine) -> None:
-    """Run the Alembic migrations up to head, in one transaction."""
+    """Bring the log to the head schema, in one transaction: a database without a tuning log gets
+    the head schema at once (the models' tables, as the migrations would leave them, which
+    ``tests/test_log.py`` checks), an existing log runs the Alembic migrations it lacks."""
+    _upgrade(engine, create_fresh=True)
+
+
+def run_migrations(engine: Engine) -> None:
+    """Run the Alembic migrations up to head, in one transaction, a fresh database included."""
+    _upgrade(engine, create_fresh=False)
+
+
+def _upgrade(engine: Engine, *, create_fresh: bool) -> None:
     config = _config()
     with _MIGRATION_LOCK, engine.connect() as connection:
         sqlite_connection = (
@@ -181,6 +192,9 @@ def upgrade_schema(engine: Engine) -> None:
                     connection.execute(
                         text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_MIGRATION_LOCK}
                     )
+                if create_fresh and _holds_no_log(connection):
+                    _create_head_schema(connection)
+                    return
                 _adopt_legacy_version_table(connection)
                 config.attributes["connection"] = connection
                 config.attributes["version_table"] = VERSION_TABLE
@@ -192,6 +206,30 @@ def upgrade_schema(engine: Engine) -> None:
         finally:
             if sqlite_connection is not None:
                 sqlite_connection.execute("PRAGMA foreign_keys = ON")
+
+
+def _holds_no_log(connection: Connection) -> bool:
+    """Whether the database holds none of a tuning log's tables, of any schema version."""
+    from autosched.log.models import Base
+
+    return not {*Base.metadata.tables, VERSION_TABLE} & set(inspect(connection).get_table_names())
+
+
+def _create_head_schema(connection: Connection) -> None:
+    """Create the head schema's tables and record the head revision, as Alembic would."""
+    from autosched.log.models import Base
+
+    Base.metadata.create_all(connection)
+    connection.execute(
+        text(
+            f"CREATE TABLE {VERSION_TABLE} (version_num VARCHAR(32) NOT NULL, "
+            f"CONSTRAINT {VERSION_TABLE}_pkc PRIMARY KEY (version_num))"
+        )
+    )
+    connection.execute(
+        text(f"INSERT INTO {VERSION_TABLE} (version_num) VALUES (:revision)"),
+        {"revision": ScriptDirectory.from_config(_config()).get_current_head()},
+    )
 
 
 def _adopt_legacy_version_table(connection: Connection) -> None:

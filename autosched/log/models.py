@@ -208,12 +208,15 @@ class Candidate(Base):
     program_hash: Mapped[str] = mapped_column(String(128))
     predicted_score: Mapped[float | None]
     created_at: Mapped[CreatedAt]
+    # the server defaults are those the columns were added with, for the rows already there
     state: Mapped[CandidateState] = mapped_column(
-        _state_column(CandidateState), default=CandidateState.MEASURED
+        _state_column(CandidateState),
+        default=CandidateState.MEASURED,
+        server_default=CandidateState.MEASURED.value,
     )
     lease_id: Mapped[int | None] = mapped_column(ForeignKey("leases.id"), index=True)
     queue_position: Mapped[int | None]
-    strikes: Mapped[int] = mapped_column(default=0)
+    strikes: Mapped[int] = mapped_column(default=0, server_default="0")
 
 
 class Worker(Base):

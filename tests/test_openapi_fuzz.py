@@ -3,7 +3,6 @@ worker token: no server error, and every answer (status, headers, body) as docum
 
 from __future__ import annotations
 
-import json
 import signal
 import subprocess
 import sys
@@ -11,9 +10,14 @@ from pathlib import Path
 
 import httpx
 import pytest
-from helpers import autosched, free_port, wait_for
+from helpers import free_port, wait_for
+
+from autosched.log import TuningLog
+from autosched.log.tokens import Role, TokenStore
 
 pytestmark = pytest.mark.slow  # a server process and about two thousand requests
+
+FUZZED_ROLES = (Role.CLIENT, Role.WORKER)
 
 # Left out, with reasons: positive_data_acceptance, because TVM checks targets and programs past
 # what any schema can say; allow_header_conformance, because Starlette's 405 names the methods
@@ -32,12 +36,9 @@ CHECKS = [
 
 def test_the_api_answers_fuzzed_requests_as_documented(tmp_path: Path) -> None:
     db = f"sqlite:///{tmp_path / 'fuzz.db'}"
-    tokens = {
-        role: json.loads(
-            autosched("token", "create", "--role", role, "--db", db, "--json", cwd=tmp_path).stdout
-        )["token"]
-        for role in ("client", "worker")
-    }
+    with TuningLog(db) as log:
+        store = TokenStore(log)
+        tokens = {role.value: store.create(role, f"fuzz {role.value}") for role in FUZZED_ROLES}
     for role in tokens:
         (tmp_path / role).mkdir()
     port = free_port()

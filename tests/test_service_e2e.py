@@ -7,7 +7,6 @@ processes; faults are real: `kill -9` of a worker holding a lease, and of the se
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shutil
 import signal
@@ -23,6 +22,7 @@ import pytest
 from helpers import free_port, on_postgresql, wait_for
 
 from autosched.log import TuningLog
+from autosched.log.tokens import Role, TokenStore
 from autosched.target import target_key
 
 # Builds real programs or starts processes.
@@ -43,8 +43,10 @@ class Service:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.env = {**os.environ, **FAST_SERVICE}
-        self.client_token = self._token("client")
-        self.worker_token = self._token("worker")
+        with TuningLog(db_url) as log:  # `autosched token create` is test_service_cli.py's
+            tokens = TokenStore(log)
+            self.client_token = tokens.create(Role.CLIENT, "e2e client")
+            self.worker_token = tokens.create(Role.WORKER, "e2e worker")
         self.http = httpx.Client(
             base_url=self.url + API,
             headers={"Authorization": f"Bearer {self.client_token}"},
@@ -52,28 +54,6 @@ class Service:
         )
         self.server: subprocess.Popen[bytes] | None = None
         self.workers: list[subprocess.Popen[bytes]] = []
-
-    def _token(self, role: str) -> str:
-        result = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "autosched",
-                "token",
-                "create",
-                "--role",
-                role,
-                "--db",
-                self.db_url,
-                "--json",
-            ],
-            capture_output=True,
-            text=True,
-            env=self.env,
-            check=True,
-            cwd=self.workdir,
-        )
-        return json.loads(result.stdout)["token"]
 
     def start_server(self) -> None:
         self.server = self._spawn("server", "serve", "--db", self.db_url, "--port", str(self.port))

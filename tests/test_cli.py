@@ -42,11 +42,13 @@ def run_matmul(module: tvm.runtime.Module) -> None:
 
 @pytest.fixture(scope="module")
 def tuned(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
-    """A working directory whose default log holds a short tuning of matmul 64^3."""
+    """A working directory whose default log holds a short tuning of matmul 64^3, with a final
+    of three (the final itself is test_finalists.py's)."""
     work = tmp_path_factory.mktemp("tuned")
     result = autosched(
-        "tune", "matmul", *SHAPE, "--trials", "8", "--batch", "4", "--seed", "1", "--json", cwd=work
-    )
+        "tune", "matmul", *SHAPE, "--trials", "8", "--batch", "4", "--seed", "1",
+        "--finalists", "3", "--json", cwd=work,
+    )  # fmt: skip
     return work, json.loads(result.stdout)
 
 

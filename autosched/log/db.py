@@ -220,6 +220,13 @@ def _create_head_schema(connection: Connection) -> None:
     from autosched.log.models import Base
 
     Base.metadata.create_all(connection)
+    head = ScriptDirectory.from_config(_config()).get_current_head()
+    assert head is not None, "the migrations have no head"
+    _record_revision(connection, head)
+
+
+def _record_revision(connection: Connection, revision: str) -> None:
+    """Create VERSION_TABLE as Alembic does and record ``revision`` in it."""
     connection.execute(
         text(
             f"CREATE TABLE {VERSION_TABLE} (version_num VARCHAR(32) NOT NULL, "
@@ -228,7 +235,7 @@ def _create_head_schema(connection: Connection) -> None:
     )
     connection.execute(
         text(f"INSERT INTO {VERSION_TABLE} (version_num) VALUES (:revision)"),
-        {"revision": ScriptDirectory.from_config(_config()).get_current_head()},
+        {"revision": revision},
     )
 
 
@@ -242,16 +249,7 @@ def _adopt_legacy_version_table(connection: Connection) -> None:
     revisions = [row[0] for row in connection.execute(legacy)]
     if len(revisions) != 1 or revisions[0] not in _LEGACY_REVISIONS:
         return  # Optuna's own revision: not ours to move
-    connection.execute(
-        text(
-            f"CREATE TABLE {VERSION_TABLE} (version_num VARCHAR(32) NOT NULL, "
-            f"CONSTRAINT {VERSION_TABLE}_pkc PRIMARY KEY (version_num))"
-        )
-    )
-    connection.execute(
-        text(f"INSERT INTO {VERSION_TABLE} (version_num) VALUES (:revision)"),
-        {"revision": revisions[0]},
-    )
+    _record_revision(connection, revisions[0])
     connection.execute(text(f"DROP TABLE {_LEGACY_VERSION_TABLE}"))
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from helpers import Cli
-from model_files import RELAX_MODEL, write_mlp_onnx, write_onnx_with
+from model_files import RELAX_MODEL, write_conv_block_pt2, write_mlp_onnx, write_onnx_with
 
 from autosched.errors import UserError
 from autosched.log import TuningLog
@@ -66,6 +66,15 @@ def test_the_same_layer_in_two_models_is_the_same_task(tmp_path: Path) -> None:
     )
     shared = {task.key for task in first} & {task.key for task in second}
     assert len(shared) == 1  # the first layer; the second differs in its output width
+
+
+def test_a_batch_norm_fuses_into_the_convolution_before_it(tmp_path: Path) -> None:
+    model = load_model(write_conv_block_pt2(tmp_path / "conv.pt2"))
+    names = sorted(task.name for task in extract_tasks(model, parse_target(None)))
+    assert len(names) == 2, names  # conv, batch norm and relu; max pooling
+    conv = next(name for name in names if "conv2d" in name)
+    assert "relu" in conv and "max_pool2d" in names[1 - names.index(conv)]
+    assert not any("batch_norm" in name for name in names)
 
 
 def test_a_relax_module_and_a_task_the_admission_refuses(tmp_path: Path) -> None:

@@ -1,8 +1,7 @@
 """A tuned model compiled: the best schedule of each task in one MetaSchedule database, which
-TVM's ``compile_relax`` applies to the model made ``for_inference`` (tasks without a schedule
-keep the default), the Relax VM executable it builds, its outputs checked against the framework's
-own on random inputs, and the files a model exports to (a library with its JSON sidecar, or the
-database).
+TVM's ``compile_relax`` applies to the fused model (tasks without a schedule keep the default),
+the Relax VM executable it builds, its outputs checked against the framework's own on random
+inputs, and the files a model exports to (a library with its JSON sidecar, or the database).
 
 Nothing here tunes or writes to the log; schedules are read from it.
 """
@@ -24,7 +23,7 @@ from tvm.s_tir.meta_schedule.database import Database, JSONDatabase, MemoryDatab
 from autosched.errors import UserError
 from autosched.log import TuningLog
 from autosched.model.load import InputSpec, Model
-from autosched.model.tasks import ModelTask, for_inference
+from autosched.model.tasks import ModelTask
 from autosched.records import RecordView
 from autosched.schedule import apply_trace
 from autosched.target import canonical_target, target_key, to_tvm_target
@@ -128,7 +127,7 @@ def _build(model: Model, database: Database, target: dict) -> relax.VMExecutable
     from tvm.s_tir.meta_schedule.relax_integration import compile_relax
 
     try:
-        return compile_relax(database, for_inference(model.mod), to_tvm_target(target), params=None)
+        return compile_relax(database, model.mod, to_tvm_target(target), params=None)
     except Exception as error:  # TVM's build errors come in its own types
         line = " ".join(str(error).split())[:300]
         raise UserError(f"{model.path}: TVM cannot build the model: {line}") from None

@@ -1,6 +1,9 @@
 """Model files into Relax: an ONNX file, a PyTorch ``ExportedProgram`` (``.pt2``) or a Relax
-IRModule in TVMScript (``.py``), imported with static input shapes and weights bound as constants,
-with the framework's own way of running it, the reference its compiled form is checked against.
+IRModule in TVMScript (``.py``), imported with static input shapes and weights bound as constants
+and made ready for inference as TVM's ``static_shape_tuning_pipeline`` starts
+(``DecomposeOpsForInference``, ``CanonicalizeBindings``: a batch norm becomes arithmetic that
+fuses into the convolution before it), with the framework's own way of running it, the reference
+its compiled form is checked against.
 
 Nothing here compiles or tunes. A ``.pt2`` file is unpickled by ``torch.export.load``: load the
 user's own files only. A ``.py`` file passes the TVMScript allow-list (``autosched.script_check``,
@@ -53,8 +56,9 @@ class InputSpec:
 @dataclass(frozen=True)
 class Model:
     """A model imported into Relax: ``mod``'s ``main`` takes ``inputs`` in order, every weight a
-    constant. ``reference`` runs the model in its framework (ONNX Runtime, PyTorch eager); a Relax
-    file has none, and is checked against TVM's untuned build instead."""
+    constant, its composite operators decomposed for inference (the module that is tuned and
+    compiled). ``reference`` runs the model in its framework (ONNX Runtime, PyTorch eager); a
+    Relax file has none, and is checked against TVM's untuned build instead."""
 
     name: str
     path: Path
@@ -116,7 +120,17 @@ def load_model(path: Path, inputs: Sequence[str] = ()) -> Model:
     if unknown:
         names = ", ".join(spec.name for spec in model.inputs)
         raise UserError(f"{path}: --input names {', '.join(sorted(unknown))}; its inputs: {names}")
-    return model
+    return replace(model, mod=_for_inference(model.mod, path))
+
+
+def _for_inference(mod: tvm.IRModule, path: Path) -> tvm.IRModule:
+    """``mod`` with its composite operators (batch norm, attention) decomposed into the simpler
+    ones they compute at inference, and its bindings canonicalized."""
+    passes = [relax.transform.DecomposeOpsForInference(), relax.transform.CanonicalizeBindings()]
+    try:
+        return tvm.transform.Sequential(passes)(mod)
+    except Exception as error:  # TVM's pass errors come in its own types
+        raise UserError(f"{path}: TVM cannot prepare the model: {_first_line(error)}") from None
 
 
 def _load_onnx(path: Path, given: dict[str, InputSpec]) -> Model:

@@ -1,10 +1,8 @@
-"""A model's tuning tasks: its Relax module made ready for inference as TVM's
-``static_shape_tuning_pipeline`` starts (``DecomposeOpsForInference``, ``CanonicalizeBindings``:
-a batch norm becomes arithmetic that fuses into the convolution before it), legalized and fused as
-TVM's ``compile_relax`` does (``LegalizeOps``, ``AnnotateTIROpPattern``, ``FoldConstant``,
-``FuseOps``, ``FuseTIR``), then MetaSchedule's task extraction; each fused PrimFunc becomes a
-`Workload` of the log, keyed as every workload is, with its weight (how many times one run of the
-model calls it).
+"""A model's tuning tasks: its Relax module (made ready for inference as it was loaded, see
+``autosched.model.load``) legalized and fused as TVM's ``compile_relax`` does (``LegalizeOps``,
+``AnnotateTIROpPattern``, ``FoldConstant``, ``FuseOps``, ``FuseTIR``), then MetaSchedule's task
+extraction; each fused PrimFunc becomes a `Workload` of the log, keyed as every workload is, with
+its weight (how many times one run of the model calls it).
 
 A task's PrimFunc travels as IR JSON and passes ``autosched.admission`` like any program from a
 file. TVM marks fused functions with attributes the admission refuses
@@ -70,25 +68,9 @@ class ModelTask:
         return None if self.workload is None else self.workload.key
 
 
-def for_inference(mod: tvm.IRModule) -> tvm.IRModule:
-    """``mod`` with its composite operators (batch norm, attention) decomposed into the simpler
-    ones they compute at inference, and its bindings canonicalized: the module that is tuned and
-    compiled.
-
-    Raises:
-        UserError: a pass fails.
-    """
-    passes = [relax.transform.DecomposeOpsForInference(), relax.transform.CanonicalizeBindings()]
-    try:
-        return tvm.transform.Sequential(passes)(mod)
-    except Exception as error:  # TVM's pass errors come in its own types
-        raise UserError(f"TVM cannot prepare the model: {_first_line(error)}") from None
-
-
 def fuse(mod: tvm.IRModule, target: dict) -> tvm.IRModule:
-    """``mod`` (made `for_inference`) with its operators legalized into TIR and fused, as
-    ``compile_relax`` fuses them before it applies a database (so the extracted tasks are the
-    kernels it looks up).
+    """``mod`` with its operators legalized into TIR and fused, as ``compile_relax`` fuses them
+    before it applies a database (so the extracted tasks are the kernels it looks up).
 
     Raises:
         UserError: an operator has no legalization into TIR (named), or a pass fails.
@@ -124,7 +106,7 @@ def extract_tasks(model: Model, target: dict) -> list[ModelTask]:
     Raises:
         UserError: an operator cannot be lowered (see `fuse`).
     """
-    fused = fuse(for_inference(model.mod), target)
+    fused = fuse(model.mod, target)
     extracted = ms.relax_integration.extract_tasks(fused, to_tvm_target(target))
     tasks: dict[str, ModelTask] = {}
     unadmitted: list[ModelTask] = []

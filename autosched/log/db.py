@@ -149,7 +149,7 @@ def check_schema(engine: Engine, *, migrate: bool) -> None:
                     revision = connection.execute(
                         text(f"SELECT version_num FROM {VERSION_TABLE}")
                     ).scalar()
-                head = ScriptDirectory.from_config(_config()).get_current_head()
+                head = _head_revision()
                 if revision is None:
                     raise UserError(
                         "the database holds no tuning log yet; run autosched tune first"
@@ -220,9 +220,14 @@ def _create_head_schema(connection: Connection) -> None:
     from autosched.log.models import Base
 
     Base.metadata.create_all(connection)
+    _record_revision(connection, _head_revision())
+
+
+def _head_revision() -> str:
+    """The revision the migrations end at: the schema of this autosched."""
     head = ScriptDirectory.from_config(_config()).get_current_head()
     assert head is not None, "the migrations have no head"
-    _record_revision(connection, head)
+    return head
 
 
 def _record_revision(connection: Connection, revision: str) -> None:

@@ -73,15 +73,17 @@ class FinalistStore:
                 )
                 for rank, finalist in enumerate(finalists, start=1)
             )
-            session.execute(
-                update(Measurement)
-                .where(
-                    Measurement.candidate_id.in_([ids[h] for h in checked if h in ids]),
-                    Measurement.imported_at.is_(None),
+            checked_ids = [ids[h] for h in checked if h in ids]
+            if checked_ids:
+                session.execute(
+                    update(Measurement)
+                    .where(
+                        Measurement.candidate_id.in_(checked_ids),
+                        Measurement.imported_at.is_(None),
+                    )
+                    .values(verified=True)
+                    .execution_options(synchronize_session=False)
                 )
-                .values(verified=True)
-                .execution_options(synchronize_session=False)
-            )
             winner = finalists[0]
             self._log.set_best(
                 session, workload_id, target_id, winner.first_median_secs, ids[winner.program_hash]

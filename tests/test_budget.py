@@ -32,12 +32,16 @@ class StuckStrategy:
 
     def __init__(self) -> None:
         self.told = 0
+        self.observed = 0
 
     def propose(self) -> list[Proposal]:
         return []
 
     def tell(self, proposals: Sequence[Proposal], results: Sequence[MeasureResult]) -> None:
         self.told += len(proposals)
+
+    def observe(self, proposals: Sequence[Proposal], results: Sequence[MeasureResult]) -> None:
+        self.observed += len(proposals)
 
 
 def test_rounds_a_strategy_cannot_fill_are_filled_from_the_design_space() -> None:
@@ -53,7 +57,7 @@ def test_rounds_a_strategy_cannot_fill_are_filled_from_the_design_space() -> Non
     batch = session.propose(4)
     assert len(batch) == len({p.program_hash for p in batch}) == 4 and not session.exhausted
     session.learn((p.program_hash, MeasureResult(samples=(1e-3,))) for p in batch)
-    assert strategy.told == 0  # the strategy never hears of programs it did not propose
+    assert (strategy.told, strategy.observed) == (0, 4)  # it observes what it did not propose
     assert {p.program_hash for p in session.propose(4)}.isdisjoint(p.program_hash for p in batch)
 
 

@@ -1,8 +1,9 @@
 """The ask/tell interface every search strategy offers the tuning loop.
 
-A strategy proposes a batch of candidates and later hears how they measured. Nothing here assumes
-where or when measurements happen: a local loop tells right away, a service tells when workers
-report.
+A strategy proposes a batch of candidates and later hears how they measured; it also observes the
+measurements of programs it did not propose (the seeds a job starts from, samples of the design
+space), so that everything measured for a job teaches it. Nothing here assumes where or when
+measurements happen: a local loop tells right away, a service tells when workers report.
 """
 
 from __future__ import annotations
@@ -36,4 +37,9 @@ class SearchStrategy(Protocol):
 
     def tell(self, proposals: Sequence[Proposal], results: Sequence[MeasureResult]) -> None:
         """Report the measurements of a whole batch from `propose`, in the same order."""
+        ...
+
+    def observe(self, proposals: Sequence[Proposal], results: Sequence[MeasureResult]) -> None:
+        """Report measurements of programs the strategy did not propose (their ``handle`` is not
+        its own), to learn from as from recorded history."""
         ...

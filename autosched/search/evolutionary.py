@@ -1,12 +1,15 @@
 """MetaSchedule's evolutionary search over its post-order-apply design space, driven as ask/tell.
 
 The search starts from the best schedules already in the tuning log and from a cost model trained
-on everything measured before, so tuning a workload again continues where it stopped.
+on everything measured before, so tuning a workload again continues where it stopped. Every
+measurement of the job joins the population's database and the cost model as it arrives, the
+search's own candidates and the programs it observes (seeds, samples of the design space) alike;
+timings from elsewhere (other hardware, other shapes) never enter either.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from tvm.s_tir import Schedule
 from tvm.s_tir.meta_schedule.arg_info import ArgInfo
@@ -54,8 +57,6 @@ class EvolutionarySearch:
         population_size: schedules evolved per generation.
         history: recorded measurements of this workload and target: the best of them seed the
             population and all of them train the cost model.
-        seeds: records of this workload on other hardware: they seed the population (ranked by
-            their recorded timings) but teach the cost model nothing.
     """
 
     def __init__(
@@ -67,7 +68,6 @@ class EvolutionarySearch:
         batch_size: int,
         seed: int | None,
         history: Sequence[RecordView] = (),
-        seeds: Sequence[RecordView] = (),
         population_size: int = POPULATION_SIZE,
     ) -> None:
         self._workload = workload
@@ -83,8 +83,7 @@ class EvolutionarySearch:
         self._database_workload = self._database.commit_workload(workload.mod)
         self._args_info = ArgInfo.from_prim_func(workload.func)
         self._target = self._context.target
-        self._learn_history(history)
-        self._seed(seeds)
+        self._learn((record.trace_json, record.result) for record in history)
         self._context.pre_tuning(
             max_trials=_STRATEGY_TRIAL_CAP,
             num_trials_per_iter=batch_size,
@@ -116,6 +115,10 @@ class EvolutionarySearch:
             self._remember(candidate.sch, runner_result)
         self._context.notify_runner_results(candidates, runner_results)
 
+    def observe(self, proposals: Sequence[Proposal], results: Sequence[MeasureResult]) -> None:
+        traces = [proposal.trace_json for proposal in proposals]
+        self._learn(zip(traces, results, strict=True))
+
     def _remember(self, sch: Schedule, result: RunnerResult) -> None:
         if result.run_secs:
             record = TuningRecord(
@@ -123,37 +126,16 @@ class EvolutionarySearch:
             )
             self._database.commit_tuning_record(record)
 
-    def _seed(self, seeds: Sequence[RecordView]) -> None:
-        """Put records of other hardware in the database the population starts from."""
-        for record in seeds:
-            if record.error_kind is not None or not record.samples:
-                continue
-            try:
-                sch = apply_trace(self._workload.mod, record.trace_json)
-            except Exception:  # a record from another TVM version may no longer replay
-                continue
-            self._remember(
-                sch,
-                RunnerResult(
-                    run_secs=[FloatImm("float32", s) for s in record.samples], error_msg=None
-                ),
-            )
-
-    def _learn_history(self, history: Sequence[RecordView]) -> None:
-        """Replay recorded candidates: successful ones join the database, all train the model."""
+    def _learn(self, measured: Iterable[tuple[str, MeasureResult]]) -> None:
+        """Replay measured traces: successful ones join the database, all train the cost model."""
         candidates: list[MeasureCandidate] = []
         results: list[RunnerResult] = []
-        for record in history:
+        for trace_json, result in measured:
             try:
-                sch = apply_trace(self._workload.mod, record.trace_json)
+                sch = apply_trace(self._workload.mod, trace_json)
             except Exception:  # a record from another TVM version may no longer replay
                 continue
-            ok = record.error_kind is None and bool(record.samples)
-            result = RunnerResult(
-                run_secs=[FloatImm("float32", s) for s in record.samples] if ok else None,
-                error_msg=None if ok else (record.error_msg or "failed"),
-            )
             candidates.append(MeasureCandidate(sch, self._args_info))
-            results.append(result)
-            self._remember(sch, result)
+            results.append(_runner_result(result))
+            self._remember(sch, results[-1])
         self._cost_model.update(self._context, candidates, results)

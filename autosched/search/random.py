@@ -66,5 +66,8 @@ class RandomSearch:
     def tell(self, proposals: Sequence[Proposal], results: Sequence[MeasureResult]) -> None:
         self._measured.update(proposal.program_hash for proposal in proposals)
 
+    def observe(self, proposals: Sequence[Proposal], results: Sequence[MeasureResult]) -> None:
+        self.tell(proposals, results)
+
     def _choose(self, name: str, choices: Sequence[int]) -> int:
         return self._rng.choice(choices)

@@ -28,9 +28,10 @@ class SearchJob:
 
     ``history`` holds the recorded measurements of the workload and target; ``cost_model`` guides
     the strategies that consult one; ``study_storage`` is the SQLAlchemy URL where TPE keeps its
-    study (None: in memory). ``seeds`` are records of the workload on the nearest other hardware
-    (``autosched.fallback``), for a target it was never measured on: the session measures them
-    first, and the evolutionary search starts its population from them.
+    study (None: in memory). ``seeds`` are where a workload never measured on the target starts
+    (``autosched.neighbours``): records of it on the nearest other hardware, or of the nearest
+    tuned shapes of its operator replayed onto it; the session measures them first, and the strategy
+    learns from those measurements, not from the timings recorded elsewhere.
     """
 
     workload: Workload
@@ -55,7 +56,6 @@ def _evolutionary(job: SearchJob) -> SearchStrategy:
         batch_size=job.batch_size,
         seed=job.seed,
         history=job.history,
-        seeds=job.seeds,
         population_size=population_for(job.trials),
     )
 

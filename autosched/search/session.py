@@ -4,7 +4,8 @@ workers report measurements as they arrive).
 
 A session knows every program measured for the job's workload and target, so nothing is measured
 twice; it tells the strategy about every proposal it made, at once for programs measured before
-and on arrival for the others; it knows whether the untuned baseline was measured. When the
+and on arrival for the others, and lets it observe the measurements of the programs it did not
+propose (seeds, samples); it knows whether the untuned baseline was measured. When the
 strategy proposes fewer new programs than the budget allows (it keeps returning to programs
 measured before), the session fills the round with programs sampled from the design space
 itself, each decision drawn at random, so a job spends its whole budget; the space counts as
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
 STALE_ROUNDS = 3
 # Samples of the design space drawn per program missing from a round, before settling for fewer.
 SAMPLES_PER_MISSING = 4
-# The handle of proposals the session sampled itself: the strategy never hears of them.
+# The handle of proposals the session made itself (seeds, samples): the strategy observes them.
 _SAMPLED = object()
 
 Admit = Callable[[Sequence[Proposal]], Collection[str]]
@@ -47,8 +48,8 @@ class SearchSession:
         baseline_hash: the program hash of the untuned workload.
         space: builds the design space to sample rounds full from (None: never sample).
         seed: seeds those samples.
-        seeds: records of the workload on other hardware, measured first (the strategy does not
-            hear of them; the evolutionary search starts its population from them itself).
+        seeds: records to measure first (``SearchJob.seeds``); the strategy observes their
+            measurements, never the timings recorded with them.
     """
 
     def __init__(
@@ -109,15 +110,16 @@ class SearchSession:
         recorded measurement. ``admit`` (default: all) decides which fresh proposals go out; the
         returned ones await `learn`.
         """
-        proposals = self._strategy.propose()
-        known = [p for p in proposals if p.program_hash in self._known]
-        if known:
-            self._strategy.tell(known, [self._known[p.program_hash] for p in known])
         fresh: dict[str, Proposal] = {}
         while self._seeds and len(fresh) < limit:
             seeded = self._seeds.pop(0)
             if seeded.program_hash not in self._known and seeded.program_hash not in self._pending:
                 fresh.setdefault(seeded.program_hash, seeded)
+        # a round full of seeds asks the strategy nothing: it proposes once it has observed them
+        proposals = self._strategy.propose() if len(fresh) < limit else []
+        known = [p for p in proposals if p.program_hash in self._known]
+        if known:
+            self._strategy.tell(known, [self._known[p.program_hash] for p in known])
         for proposal in proposals:
             digest = proposal.program_hash
             if digest not in self._known and digest not in self._pending:
@@ -133,18 +135,20 @@ class SearchSession:
         return batch
 
     def learn(self, measured: Iterable[tuple[str, MeasureResult]]) -> None:
-        """Take in measurements (program hash, result) of the workload on the target, and tell
-        the strategy those of its proposals."""
-        told: list[Proposal] = []
-        results: list[MeasureResult] = []
+        """Take in measurements (program hash, result) of the workload on the target: tell the
+        strategy those of its proposals, and let it observe those of the session's own."""
+        arrived: list[tuple[Proposal, MeasureResult]] = []
         for digest, result in measured:
             self._known[digest] = result
             proposal = self._pending.pop(digest, None)
-            if proposal is not None and proposal.handle is not _SAMPLED:
-                told.append(proposal)
-                results.append(result)
+            if proposal is not None:
+                arrived.append((proposal, result))
+        observed = [(p, r) for p, r in arrived if p.handle is _SAMPLED]
+        told = [(p, r) for p, r in arrived if p.handle is not _SAMPLED]
+        if observed:
+            self._strategy.observe([p for p, _ in observed], [r for _, r in observed])
         if told:
-            self._strategy.tell(told, results)
+            self._strategy.tell([p for p, _ in told], [r for _, r in told])
 
     def _sample(self, wanted: int, taken: set[str]) -> list[Proposal]:
         """Up to ``wanted`` programs of the design space, each decision drawn at random, that

@@ -138,6 +138,11 @@ class TPESearch:
             for trial in proposal.handle:
                 self._tell(trial, result)
 
+    def observe(self, proposals: Sequence[Proposal], results: Sequence[MeasureResult]) -> None:
+        """Remember the measurements, to answer the trials that later sample those programs."""
+        for proposal, result in zip(proposals, results, strict=True):
+            self._known[proposal.program_hash] = result
+
     def _tell(self, trial: Trial, result: MeasureResult) -> None:
         if result.median is None:
             self.study.tell(trial, state=TrialState.FAIL, skip_if_finished=True)

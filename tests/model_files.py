@@ -58,9 +58,10 @@ def write_onnx_with(path: Path, op_type: str) -> Path:
     return path
 
 
-def write_conv_block_pt2(path: Path) -> Path:
-    """Conv2d(3, 8, 3, padding=1) -> BatchNorm2d(8) -> ReLU -> MaxPool2d(2) on 1x3x32x32, as
-    torch.export saves it; the batch norm's statistics and affine weights are random."""
+def write_conv_block_pt2(path: Path, *, relu6: bool = False) -> Path:
+    """Conv2d(3, 8, 3, padding=1) -> BatchNorm2d(8) -> ReLU (or ReLU6) -> MaxPool2d(2) on
+    1x3x32x32, as torch.export saves it; the batch norm's statistics and affine weights are
+    random."""
     import torch
 
     torch.manual_seed(0)
@@ -71,7 +72,10 @@ def write_conv_block_pt2(path: Path) -> Path:
         norm.weight.uniform_(0.5, 1.5)
         norm.bias.uniform_(-0.5, 0.5)
     block = torch.nn.Sequential(
-        torch.nn.Conv2d(3, 8, 3, padding=1), norm, torch.nn.ReLU(), torch.nn.MaxPool2d(2)
+        torch.nn.Conv2d(3, 8, 3, padding=1),
+        norm,
+        torch.nn.ReLU6() if relu6 else torch.nn.ReLU(),
+        torch.nn.MaxPool2d(2),
     ).eval()
     program = torch.export.export(block, (torch.randn(1, 3, 32, 32),))
     torch.export.save(program, str(path))

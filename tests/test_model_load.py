@@ -12,6 +12,7 @@ from model_files import RELAX_MODEL, write_conv_block_pt2, write_mlp_onnx, write
 
 from autosched.errors import UserError
 from autosched.log import TuningLog
+from autosched.model.compile import check_outputs, compile_untuned
 from autosched.model.load import load_model, parse_input_specs
 from autosched.model.tasks import extract_tasks
 from autosched.target import parse_target
@@ -71,10 +72,25 @@ def test_the_same_layer_in_two_models_is_the_same_task(tmp_path: Path) -> None:
 def test_a_batch_norm_fuses_into_the_convolution_before_it(tmp_path: Path) -> None:
     model = load_model(write_conv_block_pt2(tmp_path / "conv.pt2"))
     names = sorted(task.name for task in extract_tasks(model, parse_target(None)))
-    assert len(names) == 2, names  # conv, batch norm and relu; max pooling
-    conv, pool = sorted(names, key=lambda name: "conv2d" not in name)
-    assert "conv2d" in conv and "relu" in conv and "max_pool2d" in pool
+    # conv, batch norm and relu; max pooling; the input made NHWC and the output NCHW again
+    assert len(names) == 4 and sum("transpose" in name for name in names) == 2, names
+    (conv,) = [name for name in names if "conv2d" in name]
+    assert "relu" in conv and "max_pool2d" in names
     assert not any("batch_norm" in name for name in names)
+
+
+def test_convolutions_run_channels_last_with_their_relu6_fused(tmp_path: Path) -> None:
+    target = parse_target(None)
+    model = load_model(write_conv_block_pt2(tmp_path / "conv.pt2", relu6=True))
+    tasks = extract_tasks(model, target)
+    (conv,) = [task for task in tasks if "conv2d" in task.name]
+    assert "maximum" in conv.name and "minimum" in conv.name  # the ReLU6 as its epilogue
+    assert not any("clip" in task.name for task in tasks)
+    assert conv.workload is not None
+    data, kernel = (tuple(int(d) for d in p.shape) for p in conv.workload.func.params[:2])
+    assert (data, kernel) == ((1, 32, 32, 3), (3, 3, 3, 8))  # NHWC, HWIO
+    check = check_outputs(model, compile_untuned(model, target), target)
+    assert check.reference == "PyTorch eager" and check.max_abs_error < 1e-5
 
 
 def test_a_relax_module_and_a_task_the_admission_refuses(tmp_path: Path) -> None:

@@ -2,8 +2,9 @@
 IRModule in TVMScript (``.py``), imported with static input shapes and weights bound as constants
 and made ready for inference as TVM's ``static_shape_tuning_pipeline`` starts
 (``DecomposeOpsForInference``, ``CanonicalizeBindings``: a batch norm becomes arithmetic that
-fuses into the convolution before it), with the framework's own way of running it, the reference
-its compiled form is checked against.
+fuses into the convolution before it), its convolutions turned channels-last
+(``ConvertLayout``), with the framework's own way of running it, the reference its compiled form
+is checked against.
 
 Nothing here compiles or tunes. A ``.pt2`` file is unpickled by ``torch.export.load``: load the
 user's own files only. A ``.py`` file passes the TVMScript allow-list (``autosched.script_check``,
@@ -24,12 +25,20 @@ from pathlib import Path
 import numpy as np
 import tvm
 from tvm import relax
+from tvm.relax.dpl import is_op, rewrite_call, wildcard
 
 from autosched.errors import UserError
 from autosched.model import MODEL_SUFFIXES
 from autosched.script_check import check_script
 from autosched.torch_guard import import_torch
 from autosched.workload import single_definition
+
+CONV_LAYOUTS = {"relax.nn.conv2d": ["NHWC", "HWIO"]}
+"""The layouts a model's 2-d convolutions are tuned and run in: channels-last data (vectors run
+along the channels, which every layer has many of) and kernels height, width, in, out. The
+operators between them follow the layout where they can; the model's inputs and outputs keep
+theirs, with a transpose at each end."""
+
 
 Reference = Callable[[Sequence[np.ndarray]], list[np.ndarray]]
 """Runs the model as its framework does: input arrays in, output arrays out."""
@@ -125,12 +134,45 @@ def load_model(path: Path, inputs: Sequence[str] = ()) -> Model:
 
 def _for_inference(mod: tvm.IRModule, path: Path) -> tvm.IRModule:
     """``mod`` with its composite operators (batch norm, attention) decomposed into the simpler
-    ones they compute at inference, and its bindings canonicalized."""
-    passes = [relax.transform.DecomposeOpsForInference(), relax.transform.CanonicalizeBindings()]
+    ones they compute at inference, its bindings canonicalized, and its convolutions in
+    `CONV_LAYOUTS`."""
+    passes = [
+        relax.transform.DecomposeOpsForInference(),
+        relax.transform.CanonicalizeBindings(),
+        _clips_as_bounds,
+        relax.transform.ConvertLayout(CONV_LAYOUTS),
+    ]
     try:
         return tvm.transform.Sequential(passes)(mod)
     except Exception as error:  # TVM's pass errors come in its own types
         raise UserError(f"{path}: TVM cannot prepare the model: {_first_line(error)}") from None
+
+
+@tvm.transform.module_pass(opt_level=0, name="ClipsAsBounds")
+def _clips_as_bounds(mod: tvm.IRModule, _context: tvm.transform.PassContext) -> tvm.IRModule:
+    """Every ``R.clip(x, low, high)`` of constant bounds as ``R.minimum(R.maximum(x, low), high)``:
+    the same values from two elementwise operators, which follow a convolution's layout and fuse
+    into it (``ConvertLayout`` knows no layout of a clip, and would transpose around each ReLU6)."""
+    pattern = is_op("relax.clip")(wildcard(), wildcard(), wildcard())
+
+    def as_bounds(call: relax.Call, _matches: object) -> relax.Expr:
+        value, *bounds = call.args
+        numbers = [_number(bound) for bound in bounds]
+        if None in numbers:  # a bound that is not a constant: left as it is
+            return call
+        low, high = (relax.const(number, str(value.ty.dtype)) for number in numbers)
+        return relax.op.minimum(relax.op.maximum(value, low), high)
+
+    rewritten = mod.clone()
+    for var, func in mod.functions_items():
+        if isinstance(func, relax.Function):
+            rewritten.update_func(var, rewrite_call(pattern, as_bounds, func))
+    return rewritten
+
+
+def _number(bound: object) -> float | None:
+    """The value of a constant scalar operand."""
+    return float(bound.value) if isinstance(bound, tvm.tirx.FloatImm | tvm.tirx.IntImm) else None
 
 
 def _load_onnx(path: Path, given: dict[str, InputSpec]) -> Model:

@@ -65,9 +65,10 @@ class InputSpec:
 @dataclass(frozen=True)
 class Model:
     """A model imported into Relax: ``mod``'s ``main`` takes ``inputs`` in order, every weight a
-    constant, its composite operators decomposed for inference (the module that is tuned and
-    compiled). ``reference`` runs the model in its framework (ONNX Runtime, PyTorch eager); a
-    Relax file has none, and is checked against TVM's untuned build instead."""
+    constant, its composite operators decomposed for inference and its convolutions in
+    `CONV_LAYOUTS` (the module that is tuned and compiled). ``reference`` runs the model in its
+    framework (ONNX Runtime, PyTorch eager); a Relax file has none, and is checked against TVM's
+    untuned build instead."""
 
     name: str
     path: Path

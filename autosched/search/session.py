@@ -32,7 +32,7 @@ STALE_ROUNDS = 3
 # Samples of the design space drawn per program missing from a round, before settling for fewer.
 SAMPLES_PER_MISSING = 4
 # The handle of proposals the session made itself (seeds, samples): the strategy observes them.
-_SAMPLED = object()
+_NOT_PROPOSED = object()
 
 Admit = Callable[[Sequence[Proposal]], Collection[str]]
 """Takes fresh proposals to measure (the service queues them) and returns the program hashes it
@@ -65,7 +65,7 @@ class SearchSession:
         self._strategy = strategy
         self._known: dict[str, MeasureResult] = {r.program_hash: r.result for r in history}
         self._seeds = [
-            Proposal(r.trace_json, r.program_hash, None, _SAMPLED)
+            Proposal(r.trace_json, r.program_hash, None, _NOT_PROPOSED)
             for r in seeds
             if r.program_hash not in self._known
         ]
@@ -143,8 +143,8 @@ class SearchSession:
             proposal = self._pending.pop(digest, None)
             if proposal is not None:
                 arrived.append((proposal, result))
-        observed = [(p, r) for p, r in arrived if p.handle is _SAMPLED]
-        told = [(p, r) for p, r in arrived if p.handle is not _SAMPLED]
+        observed = [(p, r) for p, r in arrived if p.handle is _NOT_PROPOSED]
+        told = [(p, r) for p, r in arrived if p.handle is not _NOT_PROPOSED]
         if observed:
             self._strategy.observe([p for p, _ in observed], [r for _, r in observed])
         if told:
@@ -171,7 +171,7 @@ class SearchSession:
                 self._fruitless_samples += 1
                 continue
             taken.add(digest)
-            sampled.append(Proposal(trace_to_json(sch.trace), digest, None, _SAMPLED))
+            sampled.append(Proposal(trace_to_json(sch.trace), digest, None, _NOT_PROPOSED))
         if sampled:
             self._fruitless_samples = 0
         return sampled

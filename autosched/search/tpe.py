@@ -133,8 +133,8 @@ class TPESearch:
 
     def tell(self, proposals: Sequence[Proposal], results: Sequence[MeasureResult]) -> None:
         """Complete every trial of each proposal with its median latency in seconds, or FAIL."""
+        self.observe(proposals, results)
         for proposal, result in zip(proposals, results, strict=True):
-            self._known[proposal.program_hash] = result
             for trial in proposal.handle:
                 self._tell(trial, result)
 

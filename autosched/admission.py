@@ -5,7 +5,10 @@ evaluates its expressions as Python.
 A program is admitted when its JSON graph holds only the node types of a TIR function, calls only
 pure math intrinsics (nothing that leaves the kernel: no ``call_extern``, ``call_packed``, LLVM
 intrinsics or calls of other functions), has no attribute statements and no block annotations,
-declares its buffers with static shapes, and its buffers hold at most ``max_bytes`` in all.
+declares its buffers with static shapes, and its buffers hold at most ``max_bytes`` in all. Of
+function attributes it may carry only its name, the no-alias and schedulable-TIR marks, and
+``layout_free_buffers`` (the positions of parameters that are constant weights, which a schedule
+may store in a layout of its own), each position one of its parameters.
 """
 
 from __future__ import annotations
@@ -60,7 +63,8 @@ PURE_MATH_OPS = frozenset(
 """The intrinsics a program may call: pure functions of their arguments."""
 
 # "s_tir" marks a function as schedulable TIR, as TE and TVMScript make them.
-_FUNCTION_ATTRS = frozenset({"global_symbol", "tirx.noalias", "tir.noalias", "s_tir"})
+_LAYOUT_FREE = "layout_free_buffers"
+_FUNCTION_ATTRS = frozenset({"global_symbol", "tirx.noalias", "tir.noalias", "s_tir", _LAYOUT_FREE})
 
 
 def max_program_bytes() -> int:
@@ -138,7 +142,7 @@ class _Graph:
             if kind == "ir.Call" and self._type(self._field(data, "op")) != "ir.Op":
                 raise UserError("a program may not call other functions")
             if kind == "tirx.PrimFunc":
-                self._check_keys(self._field(data, "attrs"), _FUNCTION_ATTRS, "function attribute")
+                self._check_function_attrs(data)
             if kind == "s_tir.SBlock":
                 self._check_keys(self._field(data, "annotations"), frozenset(), "block annotation")
             if kind == "tirx.BufferType":
@@ -167,18 +171,46 @@ class _Graph:
             raise UserError(f"a program's IR JSON holds a node without its {name}")
         return data[name]
 
-    def _check_keys(self, index: Any, allowed: frozenset[str], what: str) -> None:
+    def _check_function_attrs(self, data: Any) -> None:
+        params = self._data(self._field(data, "params"), "ffi.Array")
+        if not isinstance(params, list):
+            raise UserError("a program's IR JSON holds a malformed parameter list")
+        entries = self._check_keys(
+            self._field(data, "attrs"), _FUNCTION_ATTRS, "function attribute"
+        )
+        for key, value in entries:
+            if key == _LAYOUT_FREE:
+                self._check_positions(value, len(params))
+
+    def _check_positions(self, index: Any, num_params: int) -> None:
+        """``layout_free_buffers`` must list positions of the function's parameters."""
+        positions = self._data(index, "ffi.Array")
+        if not isinstance(positions, list):
+            raise UserError(f"a program's {_LAYOUT_FREE} must be a list of parameter positions")
+        for position in positions:
+            value = self._nodes[position].get("data") if self._type(position) == "int" else None
+            if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < num_params:
+                raise UserError(
+                    f"a program's {_LAYOUT_FREE} must name positions of its {num_params} "
+                    f"parameters, not {value!r}"
+                )
+
+    def _check_keys(self, index: Any, allowed: frozenset[str], what: str) -> list[tuple[str, Any]]:
+        """The entries of a map of attributes (name, value node), once every name is allowed."""
         if self._type(index) == "ir.DictAttrs":
             index = self._field(self._data(index, "ir.DictAttrs"), "__dict__")
         if self._type(index) == "None":
-            return
+            return []
         entries = self._data(index, "ffi.Map")
-        if not isinstance(entries, list):
+        if not isinstance(entries, list) or len(entries) % 2:
             raise UserError("a program's IR JSON holds a malformed map")
-        for key in entries[0::2]:
+        named = []
+        for key, value in zip(entries[0::2], entries[1::2], strict=True):
             name = self._data(key, "ffi.String")
             if name not in allowed:
                 raise UserError(f"a program may not carry the {what} {name!r}")
+            named.append((name, value))
+        return named
 
     def _buffer_bytes(self, data: Any) -> int:
         dims = self._data(self._field(data, "shape"), "ffi.Array")

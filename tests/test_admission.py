@@ -82,6 +82,22 @@ def _function_attribute(graph: Graph) -> None:
     graph["nodes"][attrs]["data"] += [key, key]
 
 
+def _layout_free(graph: Graph, value: dict) -> None:
+    (func,) = _nodes_of(graph, "tirx.PrimFunc")
+    attrs = graph["nodes"][graph["nodes"][func]["data"]["attrs"]]["data"]["__dict__"]
+    key = _add(graph, {"type": "ffi.String", "data": "layout_free_buffers"})
+    positions = _add(graph, {"type": "ffi.Array", "data": [_add(graph, value)]})
+    graph["nodes"][attrs]["data"] += [key, positions]
+
+
+def _weight_beyond_the_parameters(graph: Graph) -> None:
+    _layout_free(graph, {"type": "int", "data": 2})  # softmax has two parameters
+
+
+def _weight_named_by_a_string(graph: Graph) -> None:
+    _layout_free(graph, {"type": "ffi.String", "data": "B"})
+
+
 def _block_annotation(graph: Graph) -> None:
     block = _nodes_of(graph, "s_tir.SBlock")[0]
     annotations = _add(graph, {"type": "ffi.Map", "data": []})
@@ -108,6 +124,8 @@ ATTACKS: list[tuple[Callable[[Graph], None], str]] = [
     (_call_another_function, "may not call other functions"),
     (_attribute_statement, "may not hold a tirx.AttrStmt node"),
     (_function_attribute, "function attribute 'pragma_import_c'"),
+    (_weight_beyond_the_parameters, "positions of its 2 parameters, not 2"),
+    (_weight_named_by_a_string, "positions of its 2 parameters, not None"),
     (_block_annotation, "block annotation 'pragma_import_llvm'"),
     (_huge_buffer, "over this service's limit"),
     (_dangling_reference, "does not hold"),
@@ -125,8 +143,15 @@ def test_a_program_that_reaches_outside_its_kernel_is_refused(
 
 
 def test_every_built_in_workload_is_admitted_and_rebuilds_to_its_key() -> None:
-    for name in ("matmul", "softmax", "conv2d_nchw", "layernorm", "dropout_philox"):
-        workload = get_workload(name, {})
+    for name, params in [
+        ("matmul", {}),
+        ("matmul", {"weights": "B"}),
+        ("softmax", {}),
+        ("conv2d_nchw", {}),
+        ("layernorm", {}),
+        ("dropout_philox", {}),
+    ]:
+        workload = get_workload(name, params)
         admitted = workload_from_ir_json(program_json(workload.func), name=name)
         assert admitted.key == workload.key
 

@@ -109,18 +109,14 @@ def test_a_tuned_onnx_model_exports_as_a_library_that_matches_onnx_runtime(
     np.testing.assert_allclose(_run_library(library, x), expected, rtol=1e-4, atol=1e-4)
 
 
-def test_the_exported_database_is_applied_by_tvms_compile_relax(
-    tuned: TunedModels, cli: Cli
-) -> None:
+def test_the_exported_database_is_applied_by_tvms_own_passes(tuned: TunedModels, cli: Cli) -> None:
     import onnx
     import onnxruntime
     import tvm
     from tvm import relax
     from tvm.relax.frontend.onnx import from_onnx
     from tvm.s_tir.meta_schedule.database import JSONDatabase
-    from tvm.s_tir.meta_schedule.relax_integration import compile_relax
 
-    from autosched.model.tasks import fuse
     from autosched.target import parse_target, to_tvm_target
 
     work_dir = tuned.root / "mlp-db"
@@ -131,23 +127,34 @@ def test_the_exported_database_is_applied_by_tvms_compile_relax(
     assert result.code == 0, result.err
     database = JSONDatabase(work_dir=str(work_dir))
     assert len(database) == len(tuned.mlp_report["tasks"])
+    # the README's recipe, with TVM's passes only
     mod = from_onnx(onnx.load(str(tuned.mlp)), shape_dict={"x": [16, 64]})
-    # made ready for inference as TVM's static_shape_tuning_pipeline starts, convolutions NHWC
-    mod = relax.transform.DecomposeOpsForInference()(mod)
-    mod = relax.transform.CanonicalizeBindings()(mod)
-    mod = relax.transform.ConvertLayout({"relax.nn.conv2d": ["NHWC", "HWIO"]})(mod)
+    mod = tvm.transform.Sequential(
+        [
+            relax.transform.DecomposeOpsForInference(),
+            relax.transform.CanonicalizeBindings(),
+            relax.transform.ConvertLayout({"relax.nn.conv2d": ["NHWC", "HWIO"]}),
+            relax.transform.LegalizeOps(),
+            relax.transform.AnnotateTIROpPattern(),
+            relax.transform.FoldConstant(),
+            relax.transform.FuseOps(),
+            relax.transform.FuseTIR(),
+            relax.transform.AttachAttrLayoutFreeBuffers(),
+        ]
+    )(mod)
     target = to_tvm_target(parse_target(None))
-    with target, database:  # the database holds every fused kernel, under TVM's own keys
-        applied = relax.transform.MetaScheduleApplyDatabase()(fuse(mod, parse_target(None)))
+    with target, database, tvm.transform.PassContext(opt_level=3):
+        mod = relax.transform.MetaScheduleApplyDatabase()(mod)
     scheduled = [
         func
-        for _, func in applied.functions_items()
+        for _, func in mod.functions_items()
         if isinstance(func, tvm.tirx.PrimFunc) and func.attrs.get("tirx.is_scheduled", False)
     ]
-    assert len(scheduled) == len(tuned.mlp_report["tasks"])
-    executable = compile_relax(database, mod, target, params=None)
+    assert len(scheduled) == len(tuned.mlp_report["tasks"])  # every kernel, under TVM's keys
+    mod = relax.transform.SplitLayoutRewritePreproc()(mod)
+    mod = relax.transform.FoldConstant()(mod)
+    vm = relax.VirtualMachine(tvm.compile(mod, target), tvm.cpu())
     x = _random_input((16, 64))
-    vm = relax.VirtualMachine(executable, tvm.cpu())
     got = vm["main"](tvm.runtime.tensor(x)).numpy()
     session = onnxruntime.InferenceSession(str(tuned.mlp), providers=["CPUExecutionProvider"])
     np.testing.assert_allclose(got, session.run(None, {"x": x})[0], rtol=1e-4, atol=1e-4)

@@ -1,7 +1,10 @@
 """A tuned model compiled: the best schedule of each task in one MetaSchedule database, which
-TVM's ``compile_relax`` applies to the fused model (tasks without a schedule keep the default),
-the Relax VM executable it builds, its outputs checked against the framework's own on random
-inputs, and the files a model exports to (a library with its JSON sidecar, or the database).
+TVM's ``MetaScheduleApplyDatabase`` applies to the fused model (tasks without a schedule keep the
+default); weights a schedule stores in a layout of its own are packed once, as the model is built
+(``SplitLayoutRewritePreproc``, then ``FoldConstant`` on the bound weights, as TVM's
+``cpu_weight_prepack`` does); the Relax VM executable, its outputs checked against the framework's
+own on random inputs, and the files a model exports to (a library with its JSON sidecar, or the
+database).
 
 Nothing here tunes or writes to the log; schedules are read from it.
 """
@@ -17,13 +20,16 @@ from typing import Any
 import numpy as np
 import tvm
 from tvm import relax
+from tvm.relax.backend.cpu_generic import pipeline as cpu_backend
+from tvm.relax.backend.cuda import pipeline as cuda_backend
+from tvm.s_tir import dlight as dl
 from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 from tvm.s_tir.meta_schedule.database import Database, JSONDatabase, MemoryDatabase, TuningRecord
 
 from autosched.errors import UserError
 from autosched.log import TuningLog
 from autosched.model.load import InputSpec, Model
-from autosched.model.tasks import ModelTask
+from autosched.model.tasks import ModelTask, fuse
 from autosched.records import RecordView
 from autosched.schedule import apply_trace
 from autosched.target import canonical_target, target_key, to_tvm_target
@@ -123,11 +129,43 @@ def compile_untuned(model: Model, target: dict) -> relax.VMExecutable:
     return _build(model, MemoryDatabase(), target)
 
 
-def _build(model: Model, database: Database, target: dict) -> relax.VMExecutable:
-    from tvm.s_tir.meta_schedule.relax_integration import compile_relax
+def scheduled_module(model: Model, database: Database, target: dict) -> tvm.IRModule:
+    """The fused model with the schedules of ``database`` applied and its weights packed into
+    the layouts those schedules chose; on a GPU, kernels without a schedule get DLight's."""
+    tvm_target = to_tvm_target(target)
+    fused = fuse(model.mod, target)
+    with tvm_target, database, tvm.transform.PassContext(opt_level=3):
+        mod = relax.transform.MetaScheduleApplyDatabase()(fused)
+        if "gpu" in tvm_target.keys:
+            mod = dl.ApplyDefaultSchedule(
+                dl.gpu.Matmul(),
+                dl.gpu.GEMV(),
+                dl.gpu.Reduction(),
+                dl.gpu.GeneralReduction(),
+                dl.gpu.Fallback(),
+            )(mod)
+        # A kernel that stores a weight in its own layout starts by packing it: split that off
+        # into a function of its own, which folds on the bound weight.
+        mod = relax.transform.SplitLayoutRewritePreproc()(mod)
+        return relax.transform.FoldConstant()(mod)
 
+
+# The lowering of each target kind (its package does not export its dataflow lowering passes).
+_BACKENDS = {"llvm": cpu_backend, "cuda": cuda_backend}
+
+
+def _build(model: Model, database: Database, target: dict) -> relax.VMExecutable:
+    tvm_target = to_tvm_target(target)
+    backend = _BACKENDS[tvm_target.kind.name]
+    lowering = tvm.transform.Sequential(
+        [*backend.dataflow_lower_passes(tvm_target), *backend.finalize_passes(tvm_target)]
+    )
     try:
-        return compile_relax(database, model.mod, to_tvm_target(target), params=None)
+        mod = scheduled_module(model, database, target)
+        with tvm_target, tvm.transform.PassContext(opt_level=3):
+            return relax.build(mod, target=tvm_target, relax_pipeline=lowering)
+    except UserError:
+        raise
     except Exception as error:  # TVM's build errors come in its own types
         line = " ".join(str(error).split())[:300]
         raise UserError(f"{model.path}: TVM cannot build the model: {line}") from None

@@ -1,8 +1,10 @@
 """A model's tuning tasks: its Relax module (made ready for inference as it was loaded, see
 ``autosched.model.load``) legalized and fused as TVM's ``compile_relax`` does (``LegalizeOps``,
-``AnnotateTIROpPattern``, ``FoldConstant``, ``FuseOps``, ``FuseTIR``), then MetaSchedule's task
-extraction; each fused PrimFunc becomes a `Workload` of the log, keyed as every workload is, with
-its weight (how many times one run of the model calls it).
+``AnnotateTIROpPattern``, ``FoldConstant``, ``FuseOps``, ``FuseTIR``), on a CPU with its weights
+marked layout-free (``AttachAttrLayoutFreeBuffers``, as TVM's ``cpu_weight_prepack`` does: a
+schedule may store a weight in a layout of its own, packed once as the model is built), then
+MetaSchedule's task extraction; each fused PrimFunc becomes a `Workload` of the log, keyed as
+every workload is, with its weight (how many times one run of the model calls it).
 
 A task's PrimFunc travels as IR JSON and passes ``autosched.admission`` like any program from a
 file. TVM marks fused functions with attributes the admission refuses
@@ -70,7 +72,8 @@ class ModelTask:
 
 def fuse(mod: tvm.IRModule, target: dict) -> tvm.IRModule:
     """``mod`` with its operators legalized into TIR and fused, as ``compile_relax`` fuses them
-    before it applies a database (so the extracted tasks are the kernels it looks up).
+    before it applies a database (so the extracted tasks are the kernels it looks up); on a CPU,
+    each kernel's parameters bound to constants are marked ``layout_free_buffers``.
 
     Raises:
         UserError: an operator has no legalization into TIR (named), or a pass fails.
@@ -88,6 +91,8 @@ def fuse(mod: tvm.IRModule, target: dict) -> tvm.IRModule:
         relax.transform.FuseOps(),
         relax.transform.FuseTIR(),
     ]
+    if target["kind"] == "llvm":
+        passes.append(relax.transform.AttachAttrLayoutFreeBuffers())
     try:
         with tvm_target, tvm.transform.PassContext(opt_level=3):
             fused = tvm.transform.Sequential(passes)(mod)
@@ -167,11 +172,15 @@ def _canonical_json(func: tvm.tirx.PrimFunc) -> str:
     return json.dumps(document)
 
 
+_KEPT_ATTRS = frozenset({"global_symbol", "tir.noalias", "tirx.noalias", "layout_free_buffers"})
+"""Function attributes a task keeps: its name, the no-alias mark, and which inputs are weights."""
+
+
 def _without_hints(func: tvm.tirx.PrimFunc) -> tvm.tirx.PrimFunc:
     """``func`` without the function attributes of TVM's passes (``op_pattern`` and the like),
     hints that do not change what it computes."""
     for key in list(func.attrs.keys()) if func.attrs is not None else []:
-        if key not in ("global_symbol", "tir.noalias", "tirx.noalias"):
+        if key not in _KEPT_ATTRS:
             func = func.without_attr(key)
     return func
 

@@ -82,6 +82,24 @@ def write_conv_block_pt2(path: Path, *, relu6: bool = False) -> Path:
     return path
 
 
+def write_gelu_softmax_pt2(path: Path) -> Path:
+    """Linear(32, 64) -> GELU -> Linear(64, 64) -> GELU (its tanh form) -> softmax on 8x32, as
+    torch.export saves it."""
+    import torch
+
+    torch.manual_seed(0)
+    block = torch.nn.Sequential(
+        torch.nn.Linear(32, 64),
+        torch.nn.GELU(),
+        torch.nn.Linear(64, 64),
+        torch.nn.GELU(approximate="tanh"),
+        torch.nn.Softmax(dim=-1),
+    ).eval()
+    program = torch.export.export(block, (torch.randn(8, 32),))
+    torch.export.save(program, str(path))
+    return path
+
+
 RELAX_MODEL = """\
 from tvm.script import ir as I
 from tvm.script import relax as R

@@ -8,7 +8,13 @@ from pathlib import Path
 
 import pytest
 from helpers import Cli
-from model_files import RELAX_MODEL, write_conv_block_pt2, write_mlp_onnx, write_onnx_with
+from model_files import (
+    RELAX_MODEL,
+    write_conv_block_pt2,
+    write_gelu_softmax_pt2,
+    write_mlp_onnx,
+    write_onnx_with,
+)
 
 from autosched.errors import UserError
 from autosched.log import TuningLog
@@ -91,9 +97,10 @@ def test_a_models_weights_are_packed_once_as_it_is_built(tmp_path: Path) -> None
     schedules = [TaskSchedule(first, record)]
     database = MemoryDatabase()
     assert fill_database(database, schedules, target) == 1
-    main = scheduled_module(model, database, target)["main"].script()
-    # the layer takes W1 packed, a constant: the packing ran as the model was built
-    assert "_prepacked" in main and "_weight_prepack" not in main
+    scheduled = scheduled_module(model, database, target)
+    # the layer takes W1 packed, a constant: the packing ran as the model was built, and is gone
+    assert "_prepacked" in scheduled["main"].script()
+    assert not [gv for gv in scheduled.get_global_vars() if "weight_prepack" in gv.name_hint]
     check = check_outputs(model, compile_model(model, schedules, target), target)
     assert check.reference == "ONNX Runtime" and check.max_abs_error < 1e-4
 
@@ -128,6 +135,20 @@ def test_convolutions_run_channels_last_with_their_relu6_fused(tmp_path: Path) -
     assert conv.workload is not None
     data, kernel = (tuple(int(d) for d in p.shape) for p in conv.workload.func.params[:2])
     assert (data, kernel) == ((1, 32, 32, 3), (3, 3, 3, 8))  # NHWC, HWIO
+    check = check_outputs(model, compile_untuned(model, target), target)
+    assert check.reference == "PyTorch eager" and check.max_abs_error < 1e-5
+
+
+def test_gelus_and_softmaxes_take_the_fast_approximations_and_match_pytorch(
+    tmp_path: Path,
+) -> None:
+    target = parse_target(None)
+    model = load_model(write_gelu_softmax_pt2(tmp_path / "gelu.pt2"))
+    tasks = extract_tasks(model, target)
+    names = " ".join(task.name for task in tasks)
+    # libm's scalar erff, tanhf and expf are gone: each GELU and the softmax take TVM's fast forms
+    assert "fast_erf" in names and "fast_tanh" in names and "fast_softmax" in names, names
+    assert all(task.workload is not None for task in tasks), [task.problem for task in tasks]
     check = check_outputs(model, compile_untuned(model, target), target)
     assert check.reference == "PyTorch eager" and check.max_abs_error < 1e-5
 

@@ -1,7 +1,7 @@
 """Whole models tuned end to end on this machine with tiny budgets, through the command line:
 an MLP from ONNX and a conv-relu-pool block from PyTorch, their trials split across tasks, the
 compiled model checked against ONNX Runtime and PyTorch eager, exported as a Relax VM library
-and as a MetaSchedule database that TVM's ``compile_relax`` applies; a layer another model
+and as a MetaSchedule database that TVM's own passes apply; a layer another model
 already tuned is reused; a task the admission refuses keeps the default schedule."""
 
 from __future__ import annotations
@@ -134,6 +134,7 @@ def test_the_exported_database_is_applied_by_tvms_own_passes(tuned: TunedModels,
             relax.transform.DecomposeOpsForInference(),
             relax.transform.CanonicalizeBindings(),
             relax.transform.ConvertLayout({"relax.nn.conv2d": ["NHWC", "HWIO"]}),
+            relax.transform.FastMathTransform(),
             relax.transform.LegalizeOps(),
             relax.transform.AnnotateTIROpPattern(),
             relax.transform.FoldConstant(),

@@ -145,9 +145,10 @@ def scheduled_module(model: Model, database: Database, target: dict) -> tvm.IRMo
                 dl.gpu.Fallback(),
             )(mod)
         # A kernel that stores a weight in its own layout starts by packing it: split that off
-        # into a function of its own, which folds on the bound weight.
+        # into a function of its own, which folds on the bound weight and is then dropped.
         mod = relax.transform.SplitLayoutRewritePreproc()(mod)
-        return relax.transform.FoldConstant()(mod)
+        mod = relax.transform.FoldConstant()(mod)
+        return relax.transform.DeadCodeElimination(["main"])(mod)
 
 
 # The lowering of each target kind (its package does not export its dataflow lowering passes).
@@ -285,8 +286,9 @@ def export_library(
 
 
 def export_database(schedules: Sequence[TaskSchedule], target: dict, output: Path) -> list[Path]:
-    """Write the tasks' best schedules as a MetaSchedule JSON database directory, which
-    ``compile_relax(JSONDatabase(work_dir=output), mod, target, params)`` applies.
+    """Write the tasks' best schedules as a MetaSchedule JSON database directory, which TVM's
+    ``MetaScheduleApplyDatabase`` applies to the model fused as `scheduled_module` fuses it (the
+    README spells out the passes).
 
     Raises:
         UserError: ``output`` is a file or cannot be written.

@@ -16,6 +16,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import json
+import math
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -25,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import tvm
 from tvm import relax
-from tvm.relax.dpl import is_op, rewrite_call, wildcard
+from tvm.relax.dpl import DFPattern, is_op, rewrite_call, wildcard
 
 from autosched.errors import UserError
 from autosched.model import MODEL_SUFFIXES
@@ -135,13 +136,18 @@ def load_model(path: Path, inputs: Sequence[str] = ()) -> Model:
 
 def _for_inference(mod: tvm.IRModule, path: Path) -> tvm.IRModule:
     """``mod`` with its composite operators (batch norm, attention) decomposed into the simpler
-    ones they compute at inference, its bindings canonicalized, and its convolutions in
-    `CONV_LAYOUTS`."""
+    ones they compute at inference, its bindings canonicalized, its convolutions in
+    `CONV_LAYOUTS`, and its exponentials, error functions and hyperbolic tangents (GELUs and
+    softmaxes included) computed by TVM's fast float32 approximations (``FastMathTransform``):
+    polynomials that vectorize, where LLVM would call libm's scalar ``expf`` or ``erff`` once per
+    element."""
     passes = [
         relax.transform.DecomposeOpsForInference(),
         relax.transform.CanonicalizeBindings(),
         _clips_as_bounds,
         relax.transform.ConvertLayout(CONV_LAYOUTS),
+        _gelus_written_out,
+        relax.transform.FastMathTransform(),
     ]
     try:
         return tvm.transform.Sequential(passes)(mod)
@@ -164,10 +170,48 @@ def _clips_as_bounds(mod: tvm.IRModule, _context: tvm.transform.PassContext) -> 
         low, high = (relax.const(number, str(value.ty.dtype)) for number in numbers)
         return relax.op.minimum(relax.op.maximum(value, low), high)
 
+    return _rewrite_calls(mod, pattern, as_bounds)
+
+
+@tvm.transform.module_pass(opt_level=0, name="GelusWrittenOut")
+def _gelus_written_out(mod: tvm.IRModule, _context: tvm.transform.PassContext) -> tvm.IRModule:
+    """Every ``R.nn.gelu`` as the formula it is legalized to, ``x * (1/2 + erf(x / sqrt(2)) / 2)``,
+    and every ``R.nn.gelu_tanh`` as its own: the same values, from operators whose error function
+    and tangent the fast-math pass then replaces."""
+
+    mul, add = relax.op.multiply, relax.op.add
+
+    def erf_gelu(x: relax.Expr, half: relax.Expr) -> relax.Expr:
+        scaled = mul(x, relax.const(0.5**0.5, str(x.ty.dtype)))
+        return mul(x, add(half, mul(relax.op.erf(scaled), half)))
+
+    def tanh_gelu(x: relax.Expr, half: relax.Expr) -> relax.Expr:
+        dtype = str(x.ty.dtype)
+        cube = mul(mul(x, x), x)
+        inner = mul(
+            relax.const(math.sqrt(2.0 / math.pi), dtype),
+            add(x, mul(relax.const(0.044715, dtype), cube)),
+        )
+        return mul(mul(half, x), add(relax.const(1.0, dtype), relax.op.tanh(inner)))
+
+    formulas = {"relax.nn.gelu": erf_gelu, "relax.nn.gelu_tanh": tanh_gelu}
+    pattern = is_op("relax.nn.gelu")(wildcard()) | is_op("relax.nn.gelu_tanh")(wildcard())
+
+    def written_out(call: relax.Call, _matches: object) -> relax.Expr:
+        (x,) = call.args
+        return formulas[call.op.name](x, relax.const(0.5, str(x.ty.dtype)))
+
+    return _rewrite_calls(mod, pattern, written_out)
+
+
+def _rewrite_calls(
+    mod: tvm.IRModule, pattern: DFPattern, rewriter: Callable[[relax.Call, object], relax.Expr]
+) -> tvm.IRModule:
+    """``mod`` with every call of its Relax functions that matches ``pattern`` rewritten."""
     rewritten = mod.clone()
     for var, func in mod.functions_items():
         if isinstance(func, relax.Function):
-            rewritten.update_func(var, rewrite_call(pattern, as_bounds, func))
+            rewritten.update_func(var, rewrite_call(pattern, rewriter, func))
     return rewritten
 
 

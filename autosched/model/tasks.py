@@ -46,8 +46,9 @@ _LOWERED_OPS = frozenset(
 )
 
 
-_SCHEDULE_HINTS = frozenset({"schedule_rule"})
-"""Block annotations that only steer MetaSchedule's choice of rules."""
+_SCHEDULE_HINTS = frozenset({"schedule_rule", "axis"})
+"""Block annotations that only steer schedules: MetaSchedule's choice of rules, and the axis that
+TOPI's softmax names for its hand-written schedules."""
 
 
 @dataclass(frozen=True)

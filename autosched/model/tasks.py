@@ -7,13 +7,12 @@ MetaSchedule's task extraction; each fused PrimFunc becomes a `Workload` of the 
 every workload is, with its weight (how many times one run of the model calls it).
 
 A task's PrimFunc travels as IR JSON and passes ``autosched.admission`` like any program from a
-file. TVM marks fused functions with attributes the admission refuses
-(``op_pattern``) and blocks with hints of its custom schedule rules (``schedule_rule``); they are
-dropped from the tuned workload, and its parameters are renamed ``p0``, ``p1``, ... so that the
-same layer in two models is one workload (a schedule's trace names blocks, not parameters, so it
-replays onto TVM's own function as extracted). A task that is still
-not admitted (a block annotation, a call the admission refuses) keeps TVM's default schedule and
-says why.
+file. TVM marks fused functions with attributes the admission refuses (``op_pattern``) and
+blocks with hints of schedules (``schedule_rule``, TOPI's softmax ``axis``); they are dropped
+from the tuned workload, and its parameters are renamed ``p0``, ``p1``, ... so that the same
+layer in two models is one workload (a schedule's trace names blocks, not parameters, so it
+replays onto TVM's own function as extracted). A task that is still not admitted (a block
+annotation, a call the admission refuses) keeps TVM's default schedule and says why.
 """
 
 from __future__ import annotations

@@ -64,7 +64,8 @@ PURE_MATH_OPS = frozenset(
 
 # "s_tir" marks a function as schedulable TIR, as TE and TVMScript make them.
 _LAYOUT_FREE = "layout_free_buffers"
-_FUNCTION_ATTRS = frozenset({"global_symbol", "tirx.noalias", "tir.noalias", "s_tir", _LAYOUT_FREE})
+FUNCTION_ATTRS = frozenset({"global_symbol", "tirx.noalias", "tir.noalias", "s_tir", _LAYOUT_FREE})
+"""The function attributes a program may carry."""
 
 
 def max_program_bytes() -> int:
@@ -175,9 +176,7 @@ class _Graph:
         params = self._data(self._field(data, "params"), "ffi.Array")
         if not isinstance(params, list):
             raise UserError("a program's IR JSON holds a malformed parameter list")
-        entries = self._check_keys(
-            self._field(data, "attrs"), _FUNCTION_ATTRS, "function attribute"
-        )
+        entries = self._check_keys(self._field(data, "attrs"), FUNCTION_ATTRS, "function attribute")
         for key, value in entries:
             if key == _LAYOUT_FREE:
                 self._check_positions(value, len(params))

@@ -153,6 +153,12 @@ def test_gelus_and_softmaxes_take_the_fast_approximations_and_match_pytorch(
     assert check.reference == "PyTorch eager" and check.max_abs_error < 1e-5
 
 
+def test_a_model_for_a_target_kind_without_a_backend_is_one_line(tmp_path: Path) -> None:
+    model = load_model(write_mlp_onnx(tmp_path / "mlp.onnx"))
+    with pytest.raises(UserError, match="models are built for cuda and llvm targets, not rocm"):
+        compile_untuned(model, {"kind": "rocm"})
+
+
 def test_a_relax_module_and_a_task_the_admission_refuses(tmp_path: Path) -> None:
     path = tmp_path / "annotated.py"
     path.write_text(ANNOTATED_RELAX_MODEL)

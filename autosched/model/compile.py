@@ -157,7 +157,10 @@ _BACKENDS = {"llvm": cpu_backend, "cuda": cuda_backend}
 
 def _build(model: Model, database: Database, target: dict) -> relax.VMExecutable:
     tvm_target = to_tvm_target(target)
-    backend = _BACKENDS[tvm_target.kind.name]
+    backend = _BACKENDS.get(tvm_target.kind.name)
+    if backend is None:
+        kinds = " and ".join(sorted(_BACKENDS))
+        raise UserError(f"models are built for {kinds} targets, not {tvm_target.kind.name}")
     lowering = tvm.transform.Sequential(
         [*backend.dataflow_lower_passes(tvm_target), *backend.finalize_passes(tvm_target)]
     )

@@ -25,7 +25,7 @@ from tvm import relax
 from tvm.relax import pipeline as relax_pipeline
 from tvm.s_tir import meta_schedule as ms
 
-from autosched.admission import program_json
+from autosched.admission import FUNCTION_ATTRS, program_json
 from autosched.errors import UserError
 from autosched.model.load import Model
 from autosched.target import to_tvm_target
@@ -172,15 +172,11 @@ def _canonical_json(func: tvm.tirx.PrimFunc) -> str:
     return json.dumps(document)
 
 
-_KEPT_ATTRS = frozenset({"global_symbol", "tir.noalias", "tirx.noalias", "layout_free_buffers"})
-"""Function attributes a task keeps: its name, the no-alias mark, and which inputs are weights."""
-
-
 def _without_hints(func: tvm.tirx.PrimFunc) -> tvm.tirx.PrimFunc:
-    """``func`` without the function attributes of TVM's passes (``op_pattern`` and the like),
-    hints that do not change what it computes."""
+    """``func`` without the function attributes of TVM's passes that the admission refuses
+    (``op_pattern`` and the like), hints that do not change what it computes."""
     for key in list(func.attrs.keys()) if func.attrs is not None else []:
-        if key not in _KEPT_ATTRS:
+        if key not in FUNCTION_ATTRS:
             func = func.without_attr(key)
     return func
 

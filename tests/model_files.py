@@ -1,6 +1,7 @@
 """Tiny model files for the tests of ``autosched.model``: an MLP as ONNX (16x64, its batch
-dimension named or fixed), a conv-relu-pool block as a PyTorch ExportedProgram (1x3x32x32), and
-a Relax module in TVMScript."""
+dimension named or fixed), PyTorch ExportedPrograms (a conv-relu-pool block on 1x3x32x32, GELUs
+and a softmax, a miniature Transformer block on 1x8x32 tokens), and a Relax module in
+TVMScript."""
 
 from __future__ import annotations
 
@@ -96,6 +97,35 @@ def write_gelu_softmax_pt2(path: Path) -> Path:
         torch.nn.Softmax(dim=-1),
     ).eval()
     program = torch.export.export(block, (torch.randn(8, 32),))
+    torch.export.save(program, str(path))
+    return path
+
+
+def write_token_block_pt2(path: Path) -> Path:
+    """A miniature Transformer block on tokens 1x8x32, as torch.export saves it: two-head
+    attention (scores scaled by 1/4, softmax) with its output projection added back to the
+    tokens, then Linear(32, 64) -> GELU -> Linear(64, 32) added back. PyTorch exports each
+    linear layer on tokens as a reshape to 8x32, a matmul and a reshape back."""
+    import torch
+
+    class Block(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.query, self.key, self.value, self.out = (torch.nn.Linear(32, 32) for _ in "qkvo")
+            self.up, self.down = torch.nn.Linear(32, 64), torch.nn.Linear(64, 32)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            def heads(t: torch.Tensor) -> torch.Tensor:
+                return t.reshape(1, 8, 2, 16).permute(0, 2, 1, 3)
+
+            q, k, v = heads(self.query(x)), heads(self.key(x)), heads(self.value(x))
+            scores = torch.softmax(torch.matmul(q, k.transpose(-1, -2)) / 4.0, dim=-1)
+            context = torch.matmul(scores, v).permute(0, 2, 1, 3).reshape(1, 8, 32)
+            x = x + self.out(context)
+            return x + self.down(torch.nn.functional.gelu(self.up(x)))
+
+    torch.manual_seed(0)
+    program = torch.export.export(Block().eval(), (torch.randn(1, 8, 32),))
     torch.export.save(program, str(path))
     return path
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import tvm
 from helpers import Cli
 from model_files import (
     RELAX_MODEL,
@@ -14,6 +15,7 @@ from model_files import (
     write_gelu_softmax_pt2,
     write_mlp_onnx,
     write_onnx_with,
+    write_token_block_pt2,
 )
 
 from autosched.errors import UserError
@@ -27,6 +29,7 @@ from autosched.model.compile import (
     scheduled_module,
 )
 from autosched.model.load import load_model, parse_input_specs
+from autosched.model.prepare import matmuls_in_their_batches
 from autosched.model.tasks import extract_tasks
 from autosched.records import RecordView
 from autosched.schedule import trace_to_json
@@ -151,6 +154,47 @@ def test_gelus_and_softmaxes_take_the_fast_approximations_and_match_pytorch(
     assert all(task.workload is not None for task in tasks), [task.problem for task in tasks]
     check = check_outputs(model, compile_untuned(model, target), target)
     assert check.reference == "PyTorch eager" and check.max_abs_error < 1e-5
+
+
+def test_a_matmul_on_tokens_takes_its_activation_scaling_and_residual_add_as_epilogue(
+    tmp_path: Path,
+) -> None:
+    target = parse_target(None)
+    model = load_model(write_token_block_pt2(tmp_path / "block.pt2"))
+    names = [task.name for task in extract_tasks(model, target)]
+    # The GELU, the scores' 1/4 and both residual adds are computed by the matmul before them,
+    # not as kernels of their own between reshapes.
+    assert any("matmul" in name and "fast_erf" in name for name in names), names
+    assert any("matmul" in name and "divide" in name for name in names), names
+    assert not [name for name in names if "add" in name and "matmul" not in name], names
+    assert sum("matmul" in name and "add_add" in name for name in names) == 2, names
+    check = check_outputs(model, compile_untuned(model, target), target)
+    assert check.reference == "PyTorch eager" and check.max_abs_error < 1e-5
+
+
+def test_a_reshape_that_splits_a_matmuls_matrix_is_left_alone() -> None:
+    from tvm import relax
+    from tvm.script import ir as I
+    from tvm.script import relax as R
+
+    @I.ir_module
+    class Module:
+        @R.function
+        def main(
+            x: R.Tensor((8, 32), "float32"),
+            w: R.Tensor((32, 32), "float32"),
+            bias: R.Tensor((1, 8, 32), "float32"),
+        ) -> R.Tuple(R.Tensor((1, 8, 2, 16), "float32"), R.Tensor((1, 8, 32), "float32")):
+            with R.dataflow():
+                heads = R.reshape(R.matmul(x, w), R.shape([1, 8, 2, 16]))
+                # a bias with dimensions of its own, which broadcasts the product to them
+                batched = R.reshape(R.add(R.matmul(x, w), bias), R.shape([1, 8, 32]))
+                R.output(heads, batched)
+            return (heads, batched)
+
+    normalized = relax.transform.Normalize()(Module)
+    rewritten = matmuls_in_their_batches(normalized)
+    tvm.ir.assert_structural_equal(rewritten, normalized)
 
 
 def test_a_model_for_a_target_kind_without_a_backend_is_one_line(tmp_path: Path) -> None:

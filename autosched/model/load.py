@@ -1,10 +1,7 @@
 """Model files into Relax: an ONNX file, a PyTorch ``ExportedProgram`` (``.pt2``) or a Relax
 IRModule in TVMScript (``.py``), imported with static input shapes and weights bound as constants
-and made ready for inference as TVM's ``static_shape_tuning_pipeline`` starts
-(``DecomposeOpsForInference``, ``CanonicalizeBindings``: a batch norm becomes arithmetic that
-fuses into the convolution before it), its convolutions turned channels-last
-(``ConvertLayout``), with the framework's own way of running it, the reference its compiled form
-is checked against.
+and made ready for inference (``autosched.model.prepare``), with the framework's own way of
+running it, the reference its compiled form is checked against.
 
 Nothing here compiles or tunes. A ``.pt2`` file is unpickled by ``torch.export.load``: load the
 user's own files only. A ``.py`` file passes the TVMScript allow-list (``autosched.script_check``,
@@ -16,7 +13,6 @@ from __future__ import annotations
 import ast
 import hashlib
 import json
-import math
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -26,20 +22,13 @@ from pathlib import Path
 import numpy as np
 import tvm
 from tvm import relax
-from tvm.relax.dpl import DFPattern, is_op, rewrite_call, wildcard
 
 from autosched.errors import UserError
 from autosched.model import MODEL_SUFFIXES
+from autosched.model.prepare import for_inference
 from autosched.script_check import check_script
 from autosched.torch_guard import import_torch
 from autosched.workload import single_definition
-
-CONV_LAYOUTS = {"relax.nn.conv2d": ["NHWC", "HWIO"]}
-"""The layouts a model's 2-d convolutions are tuned and run in: channels-last data (vectors run
-along the channels, which every layer has many of) and kernels height, width, in, out. The
-operators between them follow the layout where they can; the model's inputs and outputs keep
-theirs, with a transpose at each end."""
-
 
 Reference = Callable[[Sequence[np.ndarray]], list[np.ndarray]]
 """Runs the model as its framework does: input arrays in, output arrays out."""
@@ -66,10 +55,9 @@ class InputSpec:
 @dataclass(frozen=True)
 class Model:
     """A model imported into Relax: ``mod``'s ``main`` takes ``inputs`` in order, every weight a
-    constant, its composite operators decomposed for inference and its convolutions in
-    `CONV_LAYOUTS` (the module that is tuned and compiled). ``reference`` runs the model in its
-    framework (ONNX Runtime, PyTorch eager); a Relax file has none, and is checked against TVM's
-    untuned build instead."""
+    constant, made ready for inference by ``autosched.model.prepare`` (the module that is tuned
+    and compiled). ``reference`` runs the model in its framework (ONNX Runtime, PyTorch eager); a
+    Relax file has none, and is checked against TVM's untuned build instead."""
 
     name: str
     path: Path
@@ -135,89 +123,11 @@ def load_model(path: Path, inputs: Sequence[str] = ()) -> Model:
 
 
 def _for_inference(mod: tvm.IRModule, path: Path) -> tvm.IRModule:
-    """``mod`` with its composite operators (batch norm, attention) decomposed into the simpler
-    ones they compute at inference, its bindings canonicalized, its convolutions in
-    `CONV_LAYOUTS`, and its exponentials, error functions and hyperbolic tangents (GELUs and
-    softmaxes included) computed by TVM's fast float32 approximations (``FastMathTransform``):
-    polynomials that vectorize, where LLVM would call libm's scalar ``expf`` or ``erff`` once per
-    element."""
-    passes = [
-        relax.transform.DecomposeOpsForInference(),
-        relax.transform.CanonicalizeBindings(),
-        _clips_as_bounds,
-        relax.transform.ConvertLayout(CONV_LAYOUTS),
-        _gelus_written_out,
-        relax.transform.FastMathTransform(),
-    ]
+    """``mod`` made ready for inference (``autosched.model.prepare``)."""
     try:
-        return tvm.transform.Sequential(passes)(mod)
+        return for_inference()(mod)
     except Exception as error:  # TVM's pass errors come in its own types
         raise UserError(f"{path}: TVM cannot prepare the model: {_first_line(error)}") from None
-
-
-@tvm.transform.module_pass(opt_level=0, name="ClipsAsBounds")
-def _clips_as_bounds(mod: tvm.IRModule, _context: tvm.transform.PassContext) -> tvm.IRModule:
-    """Every ``R.clip(x, low, high)`` of constant bounds as ``R.minimum(R.maximum(x, low), high)``:
-    the same values from two elementwise operators, which follow a convolution's layout and fuse
-    into it (``ConvertLayout`` knows no layout of a clip, and would transpose around each ReLU6)."""
-    pattern = is_op("relax.clip")(wildcard(), wildcard(), wildcard())
-
-    def as_bounds(call: relax.Call, _matches: object) -> relax.Expr:
-        value, *bounds = call.args
-        numbers = [_number(bound) for bound in bounds]
-        if None in numbers:  # a bound that is not a constant: left as it is
-            return call
-        low, high = (relax.const(number, str(value.ty.dtype)) for number in numbers)
-        return relax.op.minimum(relax.op.maximum(value, low), high)
-
-    return _rewrite_calls(mod, pattern, as_bounds)
-
-
-@tvm.transform.module_pass(opt_level=0, name="GelusWrittenOut")
-def _gelus_written_out(mod: tvm.IRModule, _context: tvm.transform.PassContext) -> tvm.IRModule:
-    """Every ``R.nn.gelu`` as the formula it is legalized to, ``x * (1/2 + erf(x / sqrt(2)) / 2)``,
-    and every ``R.nn.gelu_tanh`` as its own: the same values, from operators whose error function
-    and tangent the fast-math pass then replaces."""
-
-    mul, add = relax.op.multiply, relax.op.add
-
-    def erf_gelu(x: relax.Expr, half: relax.Expr) -> relax.Expr:
-        scaled = mul(x, relax.const(0.5**0.5, str(x.ty.dtype)))
-        return mul(x, add(half, mul(relax.op.erf(scaled), half)))
-
-    def tanh_gelu(x: relax.Expr, half: relax.Expr) -> relax.Expr:
-        dtype = str(x.ty.dtype)
-        cube = mul(mul(x, x), x)
-        inner = mul(
-            relax.const(math.sqrt(2.0 / math.pi), dtype),
-            add(x, mul(relax.const(0.044715, dtype), cube)),
-        )
-        return mul(mul(half, x), add(relax.const(1.0, dtype), relax.op.tanh(inner)))
-
-    formulas = {"relax.nn.gelu": erf_gelu, "relax.nn.gelu_tanh": tanh_gelu}
-    pattern = is_op("relax.nn.gelu")(wildcard()) | is_op("relax.nn.gelu_tanh")(wildcard())
-
-    def written_out(call: relax.Call, _matches: object) -> relax.Expr:
-        (x,) = call.args
-        return formulas[call.op.name](x, relax.const(0.5, str(x.ty.dtype)))
-
-    return _rewrite_calls(mod, pattern, written_out)
-
-
-def _rewrite_calls(
-    mod: tvm.IRModule, pattern: DFPattern, rewriter: Callable[[relax.Call, object], relax.Expr]
-) -> tvm.IRModule:
-    """``mod`` with every call of its Relax functions that matches ``pattern`` rewritten."""
-    rewritten = mod.clone()
-    for var, func in mod.functions_items():
-        if isinstance(func, relax.Function):
-            rewritten.update_func(var, rewrite_call(pattern, rewriter, func))
-    return rewritten
-
-
-def _number(bound: object) -> float | None:
-    """The value of a constant scalar operand."""
-    return float(bound.value) if isinstance(bound, tvm.tirx.FloatImm | tvm.tirx.IntImm) else None
 
 
 def _load_onnx(path: Path, given: dict[str, InputSpec]) -> Model:

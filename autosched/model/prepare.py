@@ -1,0 +1,188 @@
+"""How an imported model is made ready for inference before it is tuned and compiled: the Relax
+passes of `for_inference`, TVM's own (as ``static_shape_tuning_pipeline`` starts) and the
+rewrites defined here, each a pass over the module's Relax functions.
+
+- ``DecomposeOpsForInference`` and ``CanonicalizeBindings``: a batch norm becomes arithmetic that
+  fuses into the convolution before it.
+- `matmuls_in_their_batches`: a matmul that PyTorch exported between two reshapes (tokens
+  flattened into a matrix, multiplied, unflattened) is computed on the tokens as they are, so
+  its bias, activation, residual add or scaling fuse into it.
+- `clips_as_bounds`, then ``ConvertLayout`` to `CONV_LAYOUTS`: convolutions run channels-last,
+  each ReLU6 fused into the convolution before it.
+- `gelus_written_out`, then ``FastMathTransform``: exponentials, error functions and tangents
+  (GELUs and softmaxes included) take TVM's fast float32 forms, polynomials that vectorize, where
+  LLVM would call libm's scalar ``expf`` or ``erff`` once per element.
+
+Every rewrite computes the same values as what it replaces (the fast forms to float32 accuracy);
+a compiled model is checked against its framework's outputs all the same.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+import tvm
+from tvm import relax
+from tvm.relax.dpl import DFPattern, is_op, rewrite_call, wildcard
+
+CONV_LAYOUTS = {"relax.nn.conv2d": ["NHWC", "HWIO"]}
+"""The layouts a model's 2-d convolutions are tuned and run in: channels-last data (vectors run
+along the channels, which every layer has many of) and kernels height, width, in, out. The
+operators between them follow the layout where they can; the model's inputs and outputs keep
+theirs, with a transpose at each end."""
+
+
+def for_inference() -> tvm.transform.Pass:
+    """The passes that make an imported model ready for inference, in order."""
+    return tvm.transform.Sequential(
+        [
+            relax.transform.DecomposeOpsForInference(),
+            relax.transform.CanonicalizeBindings(),
+            matmuls_in_their_batches,
+            relax.transform.RemoveRedundantReshape(),
+            relax.transform.DeadCodeElimination(),
+            clips_as_bounds,
+            relax.transform.ConvertLayout(CONV_LAYOUTS),
+            gelus_written_out,
+            relax.transform.FastMathTransform(),
+        ],
+        name="ForInference",
+    )
+
+
+@tvm.transform.module_pass(opt_level=0, name="MatmulsInTheirBatches")
+def matmuls_in_their_batches(
+    mod: tvm.IRModule, _context: tvm.transform.PassContext
+) -> tvm.IRModule:
+    """Every ``reshape(matmul(a, b) [+ bias], shape)`` that only regroups the matmul's batch
+    dimensions, as ``matmul(reshape(a), reshape(b)) [+ bias]`` of that shape.
+
+    PyTorch exports a linear layer on tokens ``(1, 128, 768)`` as a reshape to ``(128, 768)``, a
+    2-d matmul (with its bias) and a reshape back; ``FuseOps`` fuses no reshape into a matmul's
+    epilogue, so the activation, residual add or scaling after it ran as kernels of their own,
+    each a round trip of the whole activation through memory. Multiplied in the shape the
+    operators after it use, the matmul takes them as its epilogue; the reshape before it
+    becomes one that changes nothing and is dropped (``RemoveRedundantReshape``).
+    """
+    product = is_op("relax.matmul")(wildcard(), wildcard())
+    bias = wildcard()
+    bias_first = is_op("relax.add")(bias, product)
+    bias_last = is_op("relax.add")(product, bias)
+    pattern = is_op("relax.reshape")(product | bias_first | bias_last, wildcard())
+
+    def regrouped(call: relax.Call, matches: dict) -> relax.Expr:
+        matmul = matches[product]
+        shape, result = static_shape(call), static_shape(matmul)
+        a, b = matmul.args
+        a_shape, b_shape = static_shape(a), static_shape(b)
+        if None in (shape, result, a_shape, b_shape) or min(len(a_shape), len(b_shape)) < 2:
+            return call
+        batch = shape[:-2]
+        if (
+            len(shape) < 2
+            or shape[-2:] != result[-2:]
+            or math.prod(batch) != math.prod(result[:-2])
+            or math.prod(a_shape[:-2]) != math.prod(result[:-2])
+            or (len(b_shape) > 2 and b_shape[:-2] != a_shape[:-2])
+        ):
+            return call
+        a = _reshaped(a, (*batch, *a_shape[-2:]))
+        if len(b_shape) > 2:
+            b = _reshaped(b, (*batch, *b_shape[-2:]))
+        regrouped_product = relax.op.matmul(a, b, out_dtype=matmul.attrs.out_dtype)
+        added = bias_first if bias_first in matches else bias_last if bias_last in matches else None
+        if added is None:
+            return regrouped_product
+        addend = matches[bias]
+        addend_shape = static_shape(addend)
+        if addend_shape is None or len(addend_shape) > 2 or static_shape(matches[added]) != result:
+            return call  # a bias that would broadcast differently over the new batch dimensions
+        if added is bias_first:
+            return relax.op.add(addend, regrouped_product)
+        return relax.op.add(regrouped_product, addend)
+
+    return _rewrite_calls(mod, pattern, regrouped)
+
+
+@tvm.transform.module_pass(opt_level=0, name="ClipsAsBounds")
+def clips_as_bounds(mod: tvm.IRModule, _context: tvm.transform.PassContext) -> tvm.IRModule:
+    """Every ``R.clip(x, low, high)`` of constant bounds as ``R.minimum(R.maximum(x, low), high)``:
+    the same values from two elementwise operators, which follow a convolution's layout and fuse
+    into it (``ConvertLayout`` knows no layout of a clip, and would transpose around each ReLU6)."""
+    pattern = is_op("relax.clip")(wildcard(), wildcard(), wildcard())
+
+    def as_bounds(call: relax.Call, _matches: object) -> relax.Expr:
+        value, *bounds = call.args
+        numbers = [_number(bound) for bound in bounds]
+        if None in numbers:  # a bound that is not a constant: left as it is
+            return call
+        low, high = (relax.const(number, str(value.ty.dtype)) for number in numbers)
+        return relax.op.minimum(relax.op.maximum(value, low), high)
+
+    return _rewrite_calls(mod, pattern, as_bounds)
+
+
+@tvm.transform.module_pass(opt_level=0, name="GelusWrittenOut")
+def gelus_written_out(mod: tvm.IRModule, _context: tvm.transform.PassContext) -> tvm.IRModule:
+    """Every ``R.nn.gelu`` as the formula it is legalized to, ``x * (1/2 + erf(x / sqrt(2)) / 2)``,
+    and every ``R.nn.gelu_tanh`` as its own: the same values, from operators whose error function
+    and tangent the fast-math pass then replaces."""
+
+    mul, add = relax.op.multiply, relax.op.add
+
+    def erf_gelu(x: relax.Expr, half: relax.Expr) -> relax.Expr:
+        scaled = mul(x, relax.const(0.5**0.5, str(x.ty.dtype)))
+        return mul(x, add(half, mul(relax.op.erf(scaled), half)))
+
+    def tanh_gelu(x: relax.Expr, half: relax.Expr) -> relax.Expr:
+        dtype = str(x.ty.dtype)
+        cube = mul(mul(x, x), x)
+        inner = mul(
+            relax.const(math.sqrt(2.0 / math.pi), dtype),
+            add(x, mul(relax.const(0.044715, dtype), cube)),
+        )
+        return mul(mul(half, x), add(relax.const(1.0, dtype), relax.op.tanh(inner)))
+
+    formulas = {"relax.nn.gelu": erf_gelu, "relax.nn.gelu_tanh": tanh_gelu}
+    pattern = is_op("relax.nn.gelu")(wildcard()) | is_op("relax.nn.gelu_tanh")(wildcard())
+
+    def written_out(call: relax.Call, _matches: object) -> relax.Expr:
+        (x,) = call.args
+        return formulas[call.op.name](x, relax.const(0.5, str(x.ty.dtype)))
+
+    return _rewrite_calls(mod, pattern, written_out)
+
+
+def static_shape(expr: relax.Expr) -> tuple[int, ...] | None:
+    """The shape of a tensor-valued expression when every dimension of it is a known number."""
+    ty = expr.ty
+    if not isinstance(ty, relax.TensorType) or not isinstance(ty.shape, relax.ShapeExpr):
+        return None
+    dims = ty.shape.values
+    if not all(isinstance(dim, tvm.tirx.IntImm) for dim in dims):
+        return None
+    return tuple(int(dim) for dim in dims)
+
+
+def _reshaped(expr: relax.Expr, shape: Sequence[int]) -> relax.Expr:
+    """``expr`` in ``shape``: itself when it has that shape already."""
+    if static_shape(expr) == tuple(shape):
+        return expr
+    return relax.op.reshape(expr, list(shape))
+
+
+def _rewrite_calls(
+    mod: tvm.IRModule, pattern: DFPattern, rewriter: Callable[[relax.Call, dict], relax.Expr]
+) -> tvm.IRModule:
+    """``mod`` with every call of its Relax functions that matches ``pattern`` rewritten."""
+    rewritten = mod.clone()
+    for var, func in mod.functions_items():
+        if isinstance(func, relax.Function):
+            rewritten.update_func(var, rewrite_call(pattern, rewriter, func))
+    return rewritten
+
+
+def _number(bound: object) -> float | None:
+    """The value of a constant scalar operand."""
+    return float(bound.value) if isinstance(bound, tvm.tirx.FloatImm | tvm.tirx.IntImm) else None

@@ -13,6 +13,10 @@ from datetime import datetime
 from enum import Enum
 from typing import Any
 
+SPACE_EXHAUSTED = "exhausted"
+"""How a job's stop reason begins when its design space held no program it had not measured:
+more trials of that workload and target would measure nothing new."""
+
 
 class ErrorKind(str, Enum):
     """Why a candidate has no valid timing."""

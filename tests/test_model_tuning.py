@@ -197,6 +197,25 @@ def test_a_layer_another_model_tuned_is_reused(tuned: TunedModels, cli: Cli) -> 
     assert fresh[0]["trials"] == 2 and report["reused_records"] == reused[0]["reused_records"]
 
 
+def test_a_task_whose_design_space_was_measured_out_is_reused(cli: Cli, tmp_path: Path) -> None:
+    conv = write_conv_block_pt2(tmp_path / "conv.pt2")
+    db = f"sqlite:///{tmp_path / 'log.db'}"
+
+    def tune(trials: int) -> list[dict]:
+        result = cli("tune", str(conv), "--trials", str(trials), "--batch", "4", "--db", db,
+                     "--seed", "0", "--json")  # fmt: skip
+        assert result.code == 0, result.err
+        return json.loads(result.out)["tasks"]
+
+    # 3 trials a task: the transposes into and out of channels-last have 2 programs to measure
+    measured_out = {task["workload_key"] for task in tune(12) if task["trials"] < 3}
+    assert measured_out
+    # an even share of 13 trials is 4 records: the baseline and 2 programs are fewer
+    for task in tune(13):
+        if task["workload_key"] in measured_out:
+            assert task["trials"] == 0 and task["reused_records"] == 3, task
+
+
 def test_a_task_the_admission_refuses_keeps_the_default_schedule(
     tuned: TunedModels, cli: Cli
 ) -> None:

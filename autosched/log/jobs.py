@@ -31,7 +31,7 @@ from autosched.log.models import (
 )
 from autosched.log.store import TuningLog, record_view
 from autosched.log.subjects import ensure_subject
-from autosched.records import JobProgress, JobStatus, RecordView, TargetInfo
+from autosched.records import SPACE_EXHAUSTED, JobProgress, JobStatus, RecordView, TargetInfo
 from autosched.schedule import BASELINE_TRACE
 from autosched.workload import Workload
 
@@ -154,6 +154,21 @@ class JobStore:
             )
             if ended.rowcount == 0:
                 raise NotFound(f"no tuning job with id {job_id}")
+
+    def space_exhausted(self, workload_id: int, target_id: int) -> bool:
+        """Whether a job of the workload and target ended because its design space held no
+        program it had not measured."""
+        query = (
+            select(TuningJob.id)
+            .where(
+                TuningJob.workload_id == workload_id,
+                TuningJob.target_id == target_id,
+                TuningJob.stop_reason.startswith(SPACE_EXHAUSTED),
+            )
+            .limit(1)
+        )
+        with self._sessions.begin() as session:
+            return session.scalar(query) is not None
 
     # Jobs of the service, as clients submit and follow them.
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 
 from autosched.errors import Cancelled
 from autosched.log import TuningLog
+from autosched.log.jobs import JobStore
 from autosched.log.subjects import ensure_subject, ensure_target
 from autosched.log.tuned_models import ModelTaskEntry, TunedModelStore
 from autosched.measure import Measurer
@@ -225,10 +226,11 @@ class TaskPlan:
 def plan_tasks(log: TuningLog, tasks: Sequence[ModelTask], target: dict, trials: int) -> TaskPlan:
     """Apply the reuse rule to ``tasks`` on ``target`` for a budget of ``trials``: a task the log
     holds a verified best record of, with at least an even share of the budget in records (from
-    this model or another), is reused, not tuned again. Stores the tasks' workloads and the
-    target in the log."""
+    this model or another) or a design space that a job measured out, is reused, not tuned
+    again. Stores the tasks' workloads and the target in the log."""
     share = math.ceil(trials / max(1, len(tasks)))
     stored_target = ensure_target(log, target)
+    jobs = JobStore(log)
     plan = TaskPlan({}, {}, [])
     for index, task in enumerate(tasks):
         if task.workload is None:
@@ -237,7 +239,7 @@ def plan_tasks(log: TuningLog, tasks: Sequence[ModelTask], target: dict, trials:
         stored, _ = ensure_subject(log, task.workload, target)
         if log.best(stored.id, stored_target.id) is not None:
             count = log.count_records(stored.id, stored_target.id)
-            if count >= share:
+            if count >= share or jobs.space_exhausted(stored.id, stored_target.id):
                 plan.reused[index] = count
                 continue
         plan.tunable.append(index)

@@ -18,7 +18,7 @@ import random
 from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import TYPE_CHECKING
 
-from autosched.records import MeasureResult, RecordView
+from autosched.records import SPACE_EXHAUSTED, MeasureResult, RecordView
 from autosched.schedule import BASELINE_TRACE
 from autosched.search.base import Proposal, SearchStrategy
 from autosched.search.registry import SearchJob, make_strategy
@@ -99,8 +99,8 @@ class SearchSession:
         if not self.exhausted:
             return None
         return (
-            f"exhausted: {len(self._known)} distinct programs measured; neither the strategy nor "
-            f"{self._fruitless_samples} samples of the design space brought a new one"
+            f"{SPACE_EXHAUSTED}: {len(self._known)} distinct programs measured; neither the "
+            f"strategy nor {self._fruitless_samples} samples of the design space brought a new one"
         )
 
     def propose(self, limit: int, admit: Admit | None = None) -> list[Proposal]:

@@ -6,9 +6,11 @@ A program is admitted when its JSON graph holds only the node types of a TIR fun
 pure math intrinsics (nothing that leaves the kernel: no ``call_extern``, ``call_packed``, LLVM
 intrinsics or calls of other functions), has no attribute statements and no block annotations,
 declares its buffers with static shapes, and its buffers hold at most ``max_bytes`` in all. Of
-function attributes it may carry only its name, the no-alias and schedulable-TIR marks, and
+function attributes it may carry only its name, the no-alias and schedulable-TIR marks,
 ``layout_free_buffers`` (the positions of parameters that are constant weights, which a schedule
-may store in a layout of its own), each position one of its parameters.
+may store in a layout of its own), each position one of its parameters, and the flag
+``autosched.cold_cache`` (its candidates are timed with the CPU caches flushed, as a model's
+kernel runs).
 """
 
 from __future__ import annotations
@@ -64,7 +66,13 @@ PURE_MATH_OPS = frozenset(
 
 # "s_tir" marks a function as schedulable TIR, as TE and TVMScript make them.
 _LAYOUT_FREE = "layout_free_buffers"
-FUNCTION_ATTRS = frozenset({"global_symbol", "tirx.noalias", "tir.noalias", "s_tir", _LAYOUT_FREE})
+COLD_CACHE = "autosched.cold_cache"
+"""A function attribute: time the program's candidates with the CPU caches flushed before each
+call (inputs other than the first), as it runs between the other kernels of a model, its weights
+coming from memory; the flag is part of the program, so its key and records are its own."""
+FUNCTION_ATTRS = frozenset(
+    {"global_symbol", "tirx.noalias", "tir.noalias", "s_tir", _LAYOUT_FREE, COLD_CACHE}
+)
 """The function attributes a program may carry."""
 
 
@@ -180,6 +188,8 @@ class _Graph:
         for key, value in entries:
             if key == _LAYOUT_FREE:
                 self._check_positions(value, len(params))
+            if key == COLD_CACHE and self._type(value) != "bool":
+                raise UserError(f"a program's {COLD_CACHE} must be true or false")
 
     def _check_positions(self, index: Any, num_params: int) -> None:
         """``layout_free_buffers`` must list positions of the function's parameters."""

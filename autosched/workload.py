@@ -22,7 +22,7 @@ import tvm
 from tvm import te
 from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 
-from autosched.admission import admit_program, program_json
+from autosched.admission import COLD_CACHE, admit_program, program_json
 from autosched.errors import UserError
 from autosched.records import WorkloadRef
 
@@ -65,6 +65,13 @@ class Workload:
     def ref(self) -> WorkloadRef:
         """What a measuring process needs to rebuild this workload."""
         return WorkloadRef(self.name, dict(self.params), self.key, self.source)
+
+    @property
+    def timed_cold(self) -> bool:
+        """Whether candidates are timed with the CPU caches flushed before each call (the
+        program carries ``autosched.cold_cache``: a model's kernel)."""
+        attrs = self.func.attrs
+        return attrs is not None and bool(attrs.get(COLD_CACHE, False))
 
     @property
     def args(self) -> list[tuple[tuple[int, ...], str]]:

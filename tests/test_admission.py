@@ -98,6 +98,13 @@ def _weight_named_by_a_string(graph: Graph) -> None:
     _layout_free(graph, {"type": "ffi.String", "data": "B"})
 
 
+def _cold_cache_flag_of_another_type(graph: Graph) -> None:
+    (func,) = _nodes_of(graph, "tirx.PrimFunc")
+    attrs = graph["nodes"][graph["nodes"][func]["data"]["attrs"]]["data"]["__dict__"]
+    key = _add(graph, {"type": "ffi.String", "data": "autosched.cold_cache"})
+    graph["nodes"][attrs]["data"] += [key, _add(graph, {"type": "ffi.String", "data": "yes"})]
+
+
 def _block_annotation(graph: Graph) -> None:
     block = _nodes_of(graph, "s_tir.SBlock")[0]
     annotations = _add(graph, {"type": "ffi.Map", "data": []})
@@ -126,6 +133,7 @@ ATTACKS: list[tuple[Callable[[Graph], None], str]] = [
     (_function_attribute, "function attribute 'pragma_import_c'"),
     (_weight_beyond_the_parameters, "positions of its 2 parameters, not 2"),
     (_weight_named_by_a_string, "positions of its 2 parameters, not None"),
+    (_cold_cache_flag_of_another_type, "autosched.cold_cache must be true or false"),
     (_block_annotation, "block annotation 'pragma_import_llvm'"),
     (_huge_buffer, "over this service's limit"),
     (_dangling_reference, "does not hold"),

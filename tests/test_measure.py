@@ -14,6 +14,7 @@ import pytest
 from faults import Abort, Fail, FaultyMeasurer, ParentPid, Pid, Sleep, Threads, faulty_matmul
 from helpers import wait_for
 
+from autosched.admission import COLD_CACHE, program_json
 from autosched.measure import LocalMeasurer, MeasureConfig
 from autosched.measure.child import ChildDied, ChildProcess, ChildTimeout, RequestFailed
 from autosched.measure.program import BuildRequest
@@ -21,6 +22,7 @@ from autosched.records import ErrorKind
 from autosched.schedule import BASELINE_TRACE, trace_to_json
 from autosched.search.space import design_space
 from autosched.target import host_target
+from autosched.workload import workload_from_ir_json
 from autosched.workloads import get_workload
 
 # Builds real programs or starts processes.
@@ -143,6 +145,22 @@ def test_every_repeat_is_a_sample_and_failures_are_data(matmul) -> None:
     assert min(good.samples) <= good.median <= max(good.samples)
     assert good.build_secs is not None and good.started_at <= good.finished_at
     assert not bad.ok and bad.error_kind is ErrorKind.BUILD and "JSON" in bad.error_msg
+
+
+def test_a_workload_timed_cold_is_timed_one_flushed_call_a_sample(matmul) -> None:
+    workload = get_workload("matmul", SHAPE)
+    marked = workload.func.with_attr(COLD_CACHE, True)
+    cold = workload_from_ir_json(program_json(marked), name="matmul")
+    assert cold.timed_cold and not workload.timed_cold and cold.key != workload.key
+    config = MeasureConfig(repeat=2, cold_repeat=9, min_repeat_ms=1)
+    measurer = LocalMeasurer(host_target(), config)
+    try:
+        (warm_result,) = measurer.measure(matmul, [BASELINE_TRACE])
+        (cold_result,) = measurer.measure(cold.ref, [BASELINE_TRACE])
+    finally:
+        measurer.close()
+    assert warm_result.ok and len(warm_result.samples) == 2
+    assert cold_result.ok and len(cold_result.samples) == 9
 
 
 def test_crashing_and_hanging_candidates_are_recorded_and_the_batch_goes_on(matmul) -> None:

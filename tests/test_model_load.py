@@ -76,6 +76,8 @@ def test_an_mlp_splits_into_admitted_tasks_with_weights(tmp_path: Path) -> None:
     assert all(task.workload is not None and task.weight == 1 for task in tasks)
     assert len({task.key for task in tasks}) == len(tasks)
     assert any("relu" in task.name for task in tasks)
+    # timed as they run in the model: weights and other inputs cold, not left in cache
+    assert all(task.workload.timed_cold for task in tasks)
 
 
 def test_a_models_weights_are_packed_once_as_it_is_built(tmp_path: Path) -> None:

@@ -102,7 +102,9 @@ class Latency:
 @dataclass(frozen=True)
 class ModelRow:
     """One model of the run. ``trials`` is each tuner's budget; ``autosched_trials`` the
-    measurements autosched made of it (a task the log had tuned is reused, not measured)."""
+    measurements autosched made of it (a task the log had tuned is reused, not measured);
+    ``estimated_us`` the sum of weight x latency over its tasks as tuning timed them, to read
+    beside the model's measured latency."""
 
     model: str
     summary: str
@@ -115,6 +117,7 @@ class ModelRow:
     autosched_tune_secs: float
     stock_tune_secs: float | None
     max_abs_error: float
+    estimated_us: float
     slowest_task: str | None
     slowest_task_us: float | None
 
@@ -148,6 +151,7 @@ class ModelRow:
             "autosched_tune_secs": self.autosched_tune_secs,
             "stock_tune_secs": self.stock_tune_secs,
             "max_abs_error": self.max_abs_error,
+            "estimated_us": self.estimated_us,
             "slowest_task": self.slowest_task,
             "slowest_task_us": self.slowest_task_us,
         }
@@ -274,6 +278,7 @@ class _ModelBench:
             autosched_tune_secs=autosched_secs,
             stock_tune_secs=stock_secs,
             max_abs_error=report.check.max_abs_error,
+            estimated_us=report.tuned_secs * 1e6,
             slowest_task=None if slowest is None else slowest.name,
             slowest_task_us=None if slowest is None else _weighted_secs(slowest) * 1e6,
         )

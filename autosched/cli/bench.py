@@ -318,7 +318,8 @@ def _print_model_row(row: ModelRow) -> None:
     _out.print(table)
     _out.print(
         f"autosched: {row.autosched_trials} trials over {row.tasks} tasks; outputs match "
-        f"PyTorch eager (max abs error {row.max_abs_error:.2g}); slowest task "
+        f"PyTorch eager (max abs error {row.max_abs_error:.2g}); its tasks sum to "
+        f"{row.estimated_us / 1e3:.3f} ms as tuning timed them; slowest task "
         f"{escape(row.slowest_task or '-')} ({_number(row.slowest_task_us, 1)} us, weight x "
         "latency)",
         highlight=False,

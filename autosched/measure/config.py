@@ -20,15 +20,19 @@ class MeasureConfig:
 
     Timing protocol: ``warmup`` untimed calls, then ``repeat`` timed repeats of ``number`` calls
     each; ``number`` is raised until one repeat lasts at least ``min_repeat_ms``. Every repeat is
-    one recorded sample (the mean of its calls); candidates rank by the median sample. With
-    ``cache_flush`` the CPU caches are flushed before each repeat (inputs other than the first).
+    one recorded sample (the mean of its calls); candidates rank by the median sample. A workload
+    timed cache-cold on a CPU (``Workload.timed_cold``, a model's kernel) is timed in
+    ``cold_repeat`` calls instead, each one sample, with the CPU caches flushed before it
+    (inputs other than the first, which the kernel before it has just written); a candidate too
+    slow for that many in the time of a warm timing (``repeat`` x ``min_repeat_ms``) gets as
+    many as fit, and at least ``repeat``.
     """
 
     number: int = 1
     repeat: int = 3
     min_repeat_ms: int = 40
     warmup: int = 1
-    cache_flush: bool = False
+    cold_repeat: int = 15
     build_timeout_secs: float = 60.0
     run_timeout_secs: float = 30.0
     builders: int = _physical_cores()
@@ -38,8 +42,10 @@ class MeasureConfig:
     address_space_bytes: int | None = 16 << 30
 
     def __post_init__(self) -> None:
-        if self.number < 1 or self.repeat < 1 or self.warmup < 0 or self.min_repeat_ms < 0:
-            raise ValueError("number and repeat must be >= 1; warmup and min_repeat_ms >= 0")
+        if min(self.number, self.repeat, self.cold_repeat) < 1:
+            raise ValueError("number, repeat and cold_repeat must be >= 1")
+        if self.warmup < 0 or self.min_repeat_ms < 0:
+            raise ValueError("warmup and min_repeat_ms must be >= 0")
         if self.builders < 1 or self.max_tasks_per_process < 1:
             raise ValueError("builders and max_tasks_per_process must be >= 1")
         if self.build_timeout_secs <= 0 or self.run_timeout_secs <= 0:

@@ -132,7 +132,9 @@ class RunRequest:
     def execute(self) -> list[float]:
         dev = _device(self.target, self.config.device_index)
         args = _timing_args(self.workload, self.args, dev)
-        timed = _warm_timer(self.artifact_path, args, dev, self.config, self.config.repeat)
+        cold = _timed_cold(self.workload, self.target)
+        repeat = self.config.cold_repeat if cold else self.config.repeat
+        timed = _timer(self.artifact_path, args, dev, self.config, repeat, cold=cold)
         return [float(sample) for sample in timed.results]
 
 
@@ -149,36 +151,51 @@ class RoundRequest:
 
     def execute(self) -> list[float]:
         dev = _device(self.target, self.config.device_index)
+        cold = _timed_cold(self.workload, self.target)
         timing_args: dict[ArgSpecs, list] = {}
         samples = []
         for path, args in self.candidates:
             if args not in timing_args:
                 timing_args[args] = _timing_args(self.workload, args, dev)
-            timer = _warm_timer(path, timing_args[args], dev, self.config, repeat=1)
+            timer = _timer(path, timing_args[args], dev, self.config, repeat=1, cold=cold)
             samples.append(float(timer.mean))
         return samples
 
 
-def _warm_timer(
+def _timed_cold(ref: WorkloadRef, target: dict) -> bool:
+    """Whether the workload's candidates are timed cache-cold: it asks for it, on a CPU."""
+    return target.get("kind") == "llvm" and _workload(ref).timed_cold
+
+
+def _timer(
     artifact_path: str,
     args: list[tvm.runtime.Tensor],
     dev: tvm.runtime.Device,
     config: MeasureConfig,
     repeat: int,
+    *,
+    cold: bool,
 ) -> tvm.runtime.module.BenchmarkResult:
     """A built candidate's ``main`` on ``args``: warmed up, then timed ``repeat`` times as the
-    protocol of ``config`` says."""
+    protocol of ``config`` says; ``cold``, each repeat is one call after the CPU caches are
+    flushed of every argument but the first, and a slow candidate is timed in fewer calls (as
+    many as fit in the time a warm timing takes, at least ``repeat`` of the warm protocol)."""
     module = tvm.runtime.load_module(artifact_path)
+    start = time.perf_counter()
     for _ in range(config.warmup):
         module["main"](*args)
     dev.sync()
+    if cold and config.warmup:
+        call_ms = 1e3 * (time.perf_counter() - start) / config.warmup
+        affordable = int(config.repeat * config.min_repeat_ms / max(call_ms, 1e-3))
+        repeat = max(min(repeat, config.repeat), min(repeat, affordable))
     evaluator = module.time_evaluator(
         "main",
         dev,
-        number=config.number,
+        number=1 if cold else config.number,
         repeat=repeat,
-        min_repeat_ms=config.min_repeat_ms,
-        f_preproc="cache_flush_cpu_non_first_arg" if config.cache_flush else "",
+        min_repeat_ms=0 if cold else config.min_repeat_ms,
+        f_preproc="cache_flush_cpu_non_first_arg" if cold else "",
     )
     return evaluator(*args)
 

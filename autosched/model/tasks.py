@@ -4,7 +4,10 @@
 marked layout-free (``AttachAttrLayoutFreeBuffers``, as TVM's ``cpu_weight_prepack`` does: a
 schedule may store a weight in a layout of its own, packed once as the model is built), then
 MetaSchedule's task extraction; each fused PrimFunc becomes a `Workload` of the log, keyed as
-every workload is, with its weight (how many times one run of the model calls it).
+every workload is, with its weight (how many times one run of the model calls it). On a CPU a
+task is marked ``autosched.cold_cache``: its candidates are timed with the caches flushed before
+each call, as the kernel runs in the model, its weights coming from memory on every call (timed
+warm, a model's kernels sum to far less than the model takes).
 
 A task's PrimFunc travels as IR JSON and passes ``autosched.admission`` like any program from a
 file. TVM marks fused functions with attributes the admission refuses (``op_pattern``) and
@@ -25,7 +28,7 @@ from tvm import relax
 from tvm.relax import pipeline as relax_pipeline
 from tvm.s_tir import meta_schedule as ms
 
-from autosched.admission import FUNCTION_ATTRS, program_json
+from autosched.admission import COLD_CACHE, FUNCTION_ATTRS, program_json
 from autosched.errors import UserError
 from autosched.model.load import Model
 from autosched.target import to_tvm_target
@@ -117,7 +120,7 @@ def extract_tasks(model: Model, target: dict) -> list[ModelTask]:
     unadmitted: list[ModelTask] = []
     for task in extracted:
         tvm_mod = _normalize_mod(task.dispatched[0])
-        workload, problem = _workload(task.task_name, tvm_mod)
+        workload, problem = _workload(task.task_name, tvm_mod, cold=target["kind"] == "llvm")
         if workload is None:
             unadmitted.append(ModelTask(task.task_name, int(task.weight), tvm_mod, None, problem))
             continue
@@ -134,11 +137,16 @@ def _normalize_mod(mod: tvm.IRModule) -> tvm.IRModule:
     return tvm.get_global_func("tvm.s_tir.meta_schedule.normalize_mod")(mod)
 
 
-def _workload(name: str, tvm_mod: tvm.IRModule) -> tuple[Workload | None, str | None]:
-    """The admitted workload of a task's PrimFunc, or why it is not admitted."""
-    func = next(func for _, func in tvm_mod.functions_items())
+def _workload(
+    name: str, tvm_mod: tvm.IRModule, *, cold: bool
+) -> tuple[Workload | None, str | None]:
+    """The admitted workload of a task's PrimFunc (timed cache-cold if ``cold``), or why it is
+    not admitted."""
+    func = _without_hints(next(func for _, func in tvm_mod.functions_items()))
+    if cold:
+        func = func.with_attr(COLD_CACHE, True)
     try:
-        return workload_from_ir_json(_canonical_json(_without_hints(func)), name=name), None
+        return workload_from_ir_json(_canonical_json(func), name=name), None
     except UserError as error:
         return None, str(error)
 

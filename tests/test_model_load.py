@@ -174,7 +174,7 @@ def test_a_matmul_on_tokens_takes_its_activation_scaling_and_residual_add_as_epi
     assert check.reference == "PyTorch eager" and check.max_abs_error < 1e-5
 
 
-def test_a_reshape_that_splits_a_matmuls_matrix_is_left_alone() -> None:
+def test_a_matmul_is_regrouped_only_where_it_stays_one_matmul_of_the_same_values() -> None:
     from tvm import relax
     from tvm.script import ir as I
     from tvm.script import relax as R
@@ -186,13 +186,23 @@ def test_a_reshape_that_splits_a_matmuls_matrix_is_left_alone() -> None:
             x: R.Tensor((8, 32), "float32"),
             w: R.Tensor((32, 32), "float32"),
             bias: R.Tensor((1, 8, 32), "float32"),
-        ) -> R.Tuple(R.Tensor((1, 8, 2, 16), "float32"), R.Tensor((1, 8, 32), "float32")):
+        ) -> R.Tuple(
+            R.Tensor((1, 8, 2, 16), "float32"),
+            R.Tensor((1, 8, 32), "float32"),
+            R.Tensor((1, 8, 32), "float32"),
+            R.Tensor((8, 32), "float32"),
+        ):
             with R.dataflow():
+                # a reshape that splits the matrix, not its batch
                 heads = R.reshape(R.matmul(x, w), R.shape([1, 8, 2, 16]))
                 # a bias with dimensions of its own, which broadcasts the product to them
                 batched = R.reshape(R.add(R.matmul(x, w), bias), R.shape([1, 8, 32]))
-                R.output(heads, batched)
-            return (heads, batched)
+                # a product something else uses too: regrouped, it would be computed twice
+                shared = R.matmul(x, w)
+                tokens = R.reshape(shared, R.shape([1, 8, 32]))
+                activated = R.nn.relu(shared)
+                R.output(heads, batched, tokens, activated)
+            return (heads, batched, tokens, activated)
 
     normalized = relax.transform.Normalize()(Module)
     rewritten = matmuls_in_their_batches(normalized)

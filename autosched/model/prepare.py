@@ -63,16 +63,32 @@ def matmuls_in_their_batches(
     epilogue, so the activation, residual add or scaling after it ran as kernels of their own,
     each a round trip of the whole activation through memory. Multiplied in the shape the
     operators after it use, the matmul takes them as its epilogue; the reshape before it
-    becomes one that changes nothing and is dropped (``RemoveRedundantReshape``).
+    becomes one that changes nothing and is dropped (``RemoveRedundantReshape``). A matmul (or
+    its sum with the bias) that anything else uses as well is left as it is: regrouped, it would
+    be computed twice.
     """
+    rewritten = mod.clone()
+    for var, func in mod.functions_items():
+        if isinstance(func, relax.Function):
+            rewritten.update_func(var, _matmuls_regrouped(func))
+    return rewritten
+
+
+def _matmuls_regrouped(func: relax.Function) -> relax.Function:
+    """`matmuls_in_their_batches` on one function."""
     product = is_op("relax.matmul")(wildcard(), wildcard())
     bias = wildcard()
     bias_first = is_op("relax.add")(bias, product)
     bias_last = is_op("relax.add")(product, bias)
     pattern = is_op("relax.reshape")(product | bias_first | bias_last, wildcard())
+    single_use = _values_used_once(func)
 
     def regrouped(call: relax.Call, matches: dict) -> relax.Expr:
         matmul = matches[product]
+        added = bias_first if bias_first in matches else bias_last if bias_last in matches else None
+        used = [matmul] if added is None else [matmul, matches[added]]
+        if not all(any(value.same_as(once) for once in single_use) for value in used):
+            return call
         shape, result = static_shape(call), static_shape(matmul)
         a, b = matmul.args
         a_shape, b_shape = static_shape(a), static_shape(b)
@@ -91,7 +107,6 @@ def matmuls_in_their_batches(
         if len(b_shape) > 2:
             b = _reshaped(b, (*batch, *b_shape[-2:]))
         regrouped_product = relax.op.matmul(a, b, out_dtype=matmul.attrs.out_dtype)
-        added = bias_first if bias_first in matches else bias_last if bias_last in matches else None
         if added is None:
             return regrouped_product
         addend = matches[bias]
@@ -102,7 +117,22 @@ def matmuls_in_their_batches(
             return relax.op.add(addend, regrouped_product)
         return relax.op.add(regrouped_product, addend)
 
-    return _rewrite_calls(mod, pattern, regrouped)
+    return rewrite_call(pattern, regrouped, func)
+
+
+def _values_used_once(func: relax.Function) -> list[relax.Expr]:
+    """The values bound in ``func``'s dataflow blocks to variables that one binding uses and
+    nothing outside the block does."""
+    values = []
+    for block in func.body.blocks if isinstance(func.body, relax.SeqExpr) else []:
+        if not isinstance(block, relax.DataflowBlock):
+            continue
+        users = relax.analysis.udchain(block)
+        for binding in block.bindings:
+            var = binding.var
+            if isinstance(var, relax.DataflowVar) and len(users.get(var, [])) == 1:
+                values.append(binding.value)
+    return values
 
 
 @tvm.transform.module_pass(opt_level=0, name="ClipsAsBounds")

@@ -67,11 +67,7 @@ def matmuls_in_their_batches(
     its sum with the bias) that anything else uses as well is left as it is: regrouped, it would
     be computed twice.
     """
-    rewritten = mod.clone()
-    for var, func in mod.functions_items():
-        if isinstance(func, relax.Function):
-            rewritten.update_func(var, _matmuls_regrouped(func))
-    return rewritten
+    return _each_function(mod, _matmuls_regrouped)
 
 
 def _matmuls_regrouped(func: relax.Function) -> relax.Function:
@@ -206,10 +202,17 @@ def _rewrite_calls(
     mod: tvm.IRModule, pattern: DFPattern, rewriter: Callable[[relax.Call, dict], relax.Expr]
 ) -> tvm.IRModule:
     """``mod`` with every call of its Relax functions that matches ``pattern`` rewritten."""
+    return _each_function(mod, lambda func: rewrite_call(pattern, rewriter, func))
+
+
+def _each_function(
+    mod: tvm.IRModule, transform: Callable[[relax.Function], relax.Function]
+) -> tvm.IRModule:
+    """``mod`` with ``transform`` applied to each of its Relax functions."""
     rewritten = mod.clone()
     for var, func in mod.functions_items():
         if isinstance(func, relax.Function):
-            rewritten.update_func(var, rewrite_call(pattern, rewriter, func))
+            rewritten.update_func(var, transform(func))
     return rewritten
 
 

@@ -79,6 +79,16 @@ class Workload:
         return buffer_args(self.func, self.name)
 
     @property
+    def float_arithmetic(self) -> bool:
+        """Whether it computes in floating point, the arithmetic a calibrated peak measures:
+        false when an output is an integer (int8 dot products accumulated in int32), whose
+        operations per second no float peak bounds. Without known outputs, true."""
+        if not self.num_outputs:
+            return True
+        outputs = self.args[-self.num_outputs :]
+        return all(dtype.startswith(("float", "bfloat")) for _, dtype in outputs)
+
+    @property
     def min_bytes(self) -> int:
         """The compulsory memory traffic: every argument read or written once, in bytes.
 

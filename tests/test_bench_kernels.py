@@ -12,7 +12,14 @@ import numpy as np
 import pytest
 from helpers import Cli
 
-from autosched.bench.kernels import SUITES, KernelRow, fastest_peer, plot_rows, suite_cases
+from autosched.bench.kernels import (
+    SUITES,
+    KernelRow,
+    fastest_peer,
+    fastest_rate,
+    plot_rows,
+    suite_cases,
+)
 from autosched.check import check_peer
 from autosched.errors import UserError
 from autosched.roofline import Calibration, load_calibration, save_calibration
@@ -54,6 +61,21 @@ def test_suites_name_valid_workloads_and_bad_requests_are_user_errors() -> None:
         suite_cases(None, ["matmul", "softmax"], {"M": "8"})
 
 
+def test_integer_arithmetic_neither_raises_the_float_peak_nor_is_bounded_by_it() -> None:
+    assert get_workload("matmul", {"M": 16, "N": 16, "K": 16}).float_arithmetic
+    assert get_workload("matmul_int4_weight", {}).float_arithmetic  # dequantised to float32
+    int8 = get_workload("matmul_int8", {"M": 64, "N": 64, "K": 64, "layout": "vnni"})
+    assert not int8.float_arithmetic  # int32 results of int8 dot products
+    # 1 GFLOP in 20 ms: 50 GFLOP/s, against 40 for the peer
+    matmul = KernelRow("matmul", {"M": 8}, 1e9, True, 768, 2, 4e4, 2e4, "numpy", 2.5e4, 0.8,
+                       50.0, None, None, None).against(CALIBRATION)  # fmt: skip
+    vnni = replace(matmul, workload="matmul_int8", float_arithmetic=False, gflops=900.0)
+    assert fastest_rate([matmul, vnni.against(CALIBRATION)]) == (50.0, "tuned matmul")
+    assert matmul.roofline_percent == pytest.approx(50.0)  # 10 ms at the peak of 100
+    assert vnni.against(CALIBRATION).roofline_us is None
+    assert vnni.against(CALIBRATION).roofline_percent is None
+
+
 @pytest.mark.slow
 def test_bench_json_has_every_field_for_a_tiny_run(
     tmp_path: Path, cli: Cli, monkeypatch: pytest.MonkeyPatch
@@ -87,8 +109,8 @@ def test_bench_json_has_every_field_for_a_tiny_run(
 
 def test_chart_is_a_png(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib", reason="the chart needs matplotlib (the zoo extra)")
-    row = KernelRow("matmul", {"M": 8}, 1024.0, 768, 2, 10.0, 5.0, "numpy", 4.0, 1.25, 0.2,
-                    1.0, 20.0, None)  # fmt: skip
+    row = KernelRow("matmul", {"M": 8}, 1024.0, True, 768, 2, 10.0, 5.0, "numpy", 4.0, 1.25,
+                    0.2, 1.0, 20.0, None)  # fmt: skip
     plot_rows([row, row], tmp_path / "chart.png")
     assert (tmp_path / "chart.png").read_bytes()[:4] == b"\x89PNG"
 

@@ -68,11 +68,16 @@ SUITES: dict[str, tuple[BenchCase, ...]] = {
 
 @dataclass(frozen=True)
 class KernelRow:
-    """One benchmarked workload. Latencies in microseconds; None where nothing was measured."""
+    """One benchmarked workload. Latencies in microseconds; None where nothing was measured.
+
+    ``flops`` counts operations, integer ones too (``float_arithmetic`` false: int8 dot
+    products); such a row has no roofline, since the calibrated peak is of float32 FMAs.
+    """
 
     workload: str
     params: dict[str, object]
     flops: float | None
+    float_arithmetic: bool
     min_bytes: int
     trials: int
     untuned_us: float | None
@@ -89,7 +94,10 @@ class KernelRow:
         return asdict(self)
 
     def against(self, calibration: Calibration) -> KernelRow:
-        """This row with its roofline figures taken against ``calibration``."""
+        """This row with its roofline figures taken against ``calibration`` (none for integer
+        arithmetic)."""
+        if not self.float_arithmetic:
+            return replace(self, roofline_us=None, roofline_percent=None)
         bound_us = calibration.bound_secs(self.flops, self.min_bytes) * 1e6
         percent = 100 * bound_us / self.tuned_us if self.tuned_us else None
         return replace(self, roofline_us=bound_us, roofline_percent=percent)
@@ -171,6 +179,7 @@ def _bench_one(
         workload=workload.name,
         params=dict(workload.params),
         flops=workload.flops,
+        float_arithmetic=workload.float_arithmetic,
         min_bytes=workload.min_bytes,
         trials=report.trials,
         untuned_us=_us(report.baseline_latency_secs),
@@ -187,9 +196,12 @@ def _bench_one(
 
 
 def fastest_rate(rows: Sequence[KernelRow]) -> tuple[float, str]:
-    """The highest GFLOP/s any tuned program or peer reached, and which one it was."""
+    """The highest GFLOP/s any tuned program or peer of a floating-point workload reached, and
+    which one it was (integer operations, four int8 products to a VNNI lane, are no FLOPs)."""
     rates = []
     for row in rows:
+        if not row.float_arithmetic:
+            continue
         if row.gflops is not None:
             rates.append((row.gflops, f"tuned {row.workload}"))
         if row.peer_us and row.flops:

@@ -154,3 +154,17 @@ def test_vnni_layout_tensorises_with_a_working_intrinsic() -> None:
     tensors = [tvm.runtime.tensor(array) for array in inputs]
     module["main"](*tensors)
     np.testing.assert_array_equal(tensors[-1].numpy(), workload.reference(inputs[:2])[0])
+
+
+def test_every_workload_has_a_design_space_its_postprocessors_accept() -> None:
+    """The search has something to measure beyond the untuned program: a schedule sampled from
+    each workload's design space passes the space's postprocessors (a block that reads what it
+    writes cannot be parallelised, and its whole space was refused)."""
+    from autosched.search.space import design_space
+    from autosched.target import host_target
+
+    for spec in workload_specs():
+        space = design_space(get_workload(spec.name, SMALL[spec.name]), host_target(), seed=0)
+        pick = np.random.default_rng(0).choice
+        samples = [space.sample(lambda _, choices, pick=pick: pick(choices)) for _ in range(8)]
+        assert any(sample is not None for sample in samples), spec.name

@@ -237,9 +237,10 @@ def attention_chunked(B: int, L: int, D: int, chunk: int, dtype: str) -> Workloa
 
 
 def _chunked_attention(B: int, L: int, D: int, C: int, dtype: str):
-    """One block per query, whose scratch is one chunk of scores and one row of partial output:
-    O(L * (C + D)) memory in all, never L x L. Each query has its own scratch, so the schedule may
-    parallelise or vectorise over queries.
+    """One block per query, whose scratch is one chunk of scores and one row of partial output,
+    allocated in the block: O(C + D) memory per query being computed, never L x L. The block
+    reads Q, K and V and writes only its row of Out, so the schedule may parallelise or vectorise
+    over queries.
 
     For each chunk of ``C`` keys: the scores, their max, then the running sum and the partial
     output rescaled by ``exp(old max - new max)`` before the chunk's terms are added.
@@ -255,44 +256,37 @@ def _chunked_attention(B: int, L: int, D: int, C: int, dtype: str):
         V: T.Buffer((B, L, D), dtype),
         Out: T.Buffer((B, L, D), dtype),
     ):
-        scores = T.alloc_buffer((B, L, C), acc)
-        partial = T.alloc_buffer((B, L, D), acc)
-        running_max = T.alloc_buffer((B, L), acc)
-        chunk_max = T.alloc_buffer((B, L), acc)
-        running_sum = T.alloc_buffer((B, L), acc)
         for b, i in T.grid(B, L):
             with T.sblock("attention"):
                 vb, vi = T.axis.remap("SS", [b, i])
-                running_max[vb, vi] = T.min_value(acc)
-                running_sum[vb, vi] = T.Cast(acc, 0)
+                scores = T.sblock_alloc_buffer((C,), acc)
+                partial = T.sblock_alloc_buffer((D,), acc)
+                # the running max and sum, and the max of the chunk at hand
+                state = T.sblock_alloc_buffer((3,), acc)
+                state[0] = T.min_value(acc)
+                state[1] = T.Cast(acc, 0)
                 for d in range(D):
-                    partial[vb, vi, d] = T.Cast(acc, 0)
+                    partial[d] = T.Cast(acc, 0)
                 for c in range(chunks):
-                    chunk_max[vb, vi] = running_max[vb, vi]
+                    state[2] = state[0]
                     for j in range(C):
-                        scores[vb, vi, j] = T.Cast(acc, 0)
+                        scores[j] = T.Cast(acc, 0)
                         for d in range(D):
-                            scores[vb, vi, j] = scores[vb, vi, j] + T.Cast(
-                                acc, Q[vb, vi, d]
-                            ) * T.Cast(acc, K[vb, c * C + j, d])
-                        scores[vb, vi, j] = scores[vb, vi, j] * T.Cast(acc, scale)
-                        chunk_max[vb, vi] = T.max(chunk_max[vb, vi], scores[vb, vi, j])
-                    running_sum[vb, vi] = running_sum[vb, vi] * T.exp(
-                        running_max[vb, vi] - chunk_max[vb, vi]
-                    )
-                    for d in range(D):
-                        partial[vb, vi, d] = partial[vb, vi, d] * T.exp(
-                            running_max[vb, vi] - chunk_max[vb, vi]
-                        )
-                    for j in range(C):
-                        scores[vb, vi, j] = T.exp(scores[vb, vi, j] - chunk_max[vb, vi])
-                        running_sum[vb, vi] = running_sum[vb, vi] + scores[vb, vi, j]
-                        for d in range(D):
-                            partial[vb, vi, d] = partial[vb, vi, d] + scores[vb, vi, j] * T.Cast(
-                                acc, V[vb, c * C + j, d]
+                            scores[j] = scores[j] + T.Cast(acc, Q[vb, vi, d]) * T.Cast(
+                                acc, K[vb, c * C + j, d]
                             )
-                    running_max[vb, vi] = chunk_max[vb, vi]
+                        scores[j] = scores[j] * T.Cast(acc, scale)
+                        state[2] = T.max(state[2], scores[j])
+                    state[1] = state[1] * T.exp(state[0] - state[2])
+                    for d in range(D):
+                        partial[d] = partial[d] * T.exp(state[0] - state[2])
+                    for j in range(C):
+                        scores[j] = T.exp(scores[j] - state[2])
+                        state[1] = state[1] + scores[j]
+                        for d in range(D):
+                            partial[d] = partial[d] + scores[j] * T.Cast(acc, V[vb, c * C + j, d])
+                    state[0] = state[2]
                 for d in range(D):
-                    Out[vb, vi, d] = T.Cast(dtype, partial[vb, vi, d] / running_sum[vb, vi])
+                    Out[vb, vi, d] = T.Cast(dtype, partial[d] / state[1])
 
     return main

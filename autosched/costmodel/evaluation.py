@@ -22,7 +22,8 @@ from autosched.costmodel.xgb import XGBCostModel
 
 # The held-out workload's measurements a per-job model learns from: its first batches.
 DEFAULT_FIRST = 64
-# Fewer successful test rows than this make no score worth reporting.
+# Fewer successful test rows than this make no score worth reporting: a workload measured less
+# (a design space of two programs) is not held out, though it trains the others' models.
 _MIN_TEST_ROWS = 16
 
 
@@ -143,6 +144,8 @@ def leave_workload_out(
         held = workload_ids == workload_id
         train = data.select(~held)
         if not np.isfinite(train.latencies).any():
+            continue
+        if np.isfinite(data.latencies[held]).sum() < _MIN_TEST_ROWS:
             continue
         shared = fit(train, objective=objective, seed=seed)
         test = data.select(held)

@@ -750,6 +750,7 @@ class CostModelPublic(BaseModel):
     family: str
     version: int
     objective: str
+    features: str = Field(description="The feature definition it reads (per-store-164, ...).")
     created_at: datetime
     trained_on: int
     workloads: int

@@ -282,6 +282,7 @@ def test_the_queue_and_the_cost_models_scores_over_time(served: Served, tab: Tab
             CostModelStore(log).add(
                 family="cuda:sm_90",
                 objective="pairwise",
+                features="per-store-164",
                 booster=b"not a model",
                 trained_on=100,
                 workloads=4,

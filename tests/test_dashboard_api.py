@@ -186,6 +186,7 @@ def test_cost_model_versions_are_listed_with_their_scores(service: Service) -> N
         models.add(
             family=family,
             objective="pairwise",
+            features="per-store-164",
             booster=b"booster",
             trained_on=100,
             workloads=3,
@@ -200,6 +201,7 @@ def test_cost_model_versions_are_listed_with_their_scores(service: Service) -> N
         ("llvm:znver3", 2),
     ]
     assert listed["data"][2]["scores"] == scores and "booster" not in listed["data"][2]
+    assert listed["data"][2]["features"] == "per-store-164"
     zen = service.get("/cost-models", family="llvm:znver3")["data"]
     assert [m["version"] for m in zen] == [1, 2]
 

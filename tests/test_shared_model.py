@@ -13,9 +13,15 @@ import pytest
 from helpers import Cli, run_at_once
 from recorded import DATA, load_recording
 
-from autosched.costmodel.dataset import load_dataset
+from autosched.costmodel.dataset import EXTRACTOR, load_dataset
 from autosched.costmodel.evaluation import leave_workload_out, pairwise_accuracy, top_k_score
-from autosched.costmodel.shared import RETRAIN_MIN_NEW, retrain_if_grown, train_shared
+from autosched.costmodel.shared import (
+    RETRAIN_MIN_NEW,
+    retrain_if_grown,
+    starting_model,
+    train_shared,
+)
+from autosched.costmodel.xgb import DEFAULT_OBJECTIVE
 from autosched.errors import UserError
 from autosched.log import TuningLog
 from autosched.log.costmodels import CostModelStore
@@ -54,29 +60,45 @@ def test_the_shared_model_ranks_a_held_out_workload_better_than_a_model_of_its_o
 ) -> None:
     """Two matmuls and two convolutions, 129 real measurements each: trained on the other three,
     the shared model ranks the held-out workload's later candidates better than a fresh model
-    trained on that workload's first 32 measurements."""
+    trained on that workload's first 32 measurements, and its five favourites hold one nearly as
+    fast as the best."""
     with TuningLog(f"sqlite:///{tmp_path / 'log.db'}") as log:
         load_recording(DATA / "matmuls_and_convs.json.gz", log, host_target())
         data = load_dataset(CostModelStore(log), FAMILY)
-    evaluation = leave_workload_out(data, objective="throughput", first=32)
+    evaluation = leave_workload_out(data, objective=DEFAULT_OBJECTIVE, first=32)
     assert len(evaluation.held_out) == 4
     shared, per_job = evaluation.mean("shared"), evaluation.mean("per_job")
     assert shared is not None and per_job is not None
-    assert shared.pairwise > per_job.pairwise + 0.1
+    assert shared.pairwise > per_job.pairwise + 0.03
+    assert shared.top5 > 0.9 > 0.7 > per_job.top5
+    assert shared.top1 > per_job.top1 + 0.2
     matmul = next(item for item in evaluation.held_out if item.workload.startswith("matmul(M=256"))
     assert matmul.per_job is not None
-    assert matmul.shared.pairwise > 0.6 > 0.4 > matmul.per_job.pairwise
-    assert matmul.shared.top5 > matmul.per_job.top5
+    assert matmul.shared.pairwise > 0.65 and matmul.shared.top5 > matmul.per_job.top5
+
+
+def test_a_workload_with_too_few_measurements_to_score_is_not_held_out(
+    recorded: TuningLog,
+) -> None:
+    data = load_dataset(CostModelStore(recorded), FAMILY)
+    ids = data.workload_ids()
+    few = ids == ids[0]
+    few[np.flatnonzero(few)[15:]] = False  # 15 measurements of the first workload are left
+    kept = data.select(few | (ids != ids[0]))
+    evaluation = leave_workload_out(kept, objective="throughput", first=16)
+    assert len(evaluation.held_out) == 2
+    assert data.labels[int(ids[0])] not in {item.workload for item in evaluation.held_out}
 
 
 def test_versions_count_up_per_family_even_when_added_at_once(db_url: str) -> None:
     with TuningLog(db_url) as log:
         store = CostModelStore(log)
 
-        def add(family: str) -> int:
+        def add(family: str, features: str = EXTRACTOR) -> int:
             model = store.add(
                 family=family,
                 objective="throughput",
+                features=features,
                 booster=b"x",
                 trained_on=1,
                 workloads=1,
@@ -86,18 +108,42 @@ def test_versions_count_up_per_family_even_when_added_at_once(db_url: str) -> No
 
         assert sorted(run_at_once(4, lambda: add("llvm:a"))) == [1, 2, 3, 4]
         assert add("cuda:sm_90") == 1
-        latest = store.latest("llvm:a")
-        assert latest is not None and latest.version == 4
-        assert [m.version for m in store.versions("llvm:a")] == [1, 2, 3, 4]
-        assert store.latest("llvm:none") is None
+        assert add("llvm:a", features="per-store-pooled-329") == 5
+        latest = store.latest("llvm:a", EXTRACTOR)
+        assert latest is not None and latest.version == 4 and latest.features == EXTRACTOR
+        assert [m.version for m in store.versions("llvm:a")] == [1, 2, 3, 4, 5]
+        assert store.latest("llvm:none", EXTRACTOR) is None
         with pytest.raises(UserError, match="no cost model 999"):
             store.get(999)
+
+
+def test_a_version_of_another_feature_definition_never_starts_a_search(
+    recorded: TuningLog,
+) -> None:
+    store = CostModelStore(recorded)
+    trained = train_shared(recorded, FAMILY, evaluate=False).model
+    older = store.add(
+        family=FAMILY,
+        objective="throughput",
+        features="per-store-pooled-329",
+        booster=store.booster(trained.id),
+        trained_on=1,
+        workloads=1,
+        last_measurement_id=1,
+    )
+    assert older.version == trained.version + 1
+    model, version = starting_model(recorded, host_target(), seed=0)
+    assert version == trained and model.has_base
+    # a job that recorded the older version starts afresh rather than mix the definitions
+    model, version = starting_model(recorded, host_target(), seed=0, model_id=older.id)
+    assert version is None and not model.trained
 
 
 def test_training_stores_a_version_with_its_data_size_and_scores(recorded: TuningLog) -> None:
     trained = train_shared(recorded, FAMILY)
     model = trained.model
-    assert (model.family, model.version, model.objective) == (FAMILY, 1, "throughput")
+    assert (model.family, model.version, model.objective) == (FAMILY, 1, DEFAULT_OBJECTIVE)
+    assert model.features == EXTRACTOR
     assert model.trained_on == 3 * 49 and model.workloads == 3  # each with its baseline
     assert model.scores is not None and model.scores["workloads"] == 3
     assert 0.0 <= model.scores["shared"]["pairwise"] <= 1.0
@@ -129,7 +175,7 @@ def test_retraining_waits_for_enough_new_measurements(recorded: TuningLog) -> No
 
 def test_the_service_trainer_trains_each_family_that_grew(recorded: TuningLog) -> None:
     assert ModelTrainer(recorded).step() == [FAMILY]
-    assert CostModelStore(recorded).latest(FAMILY) is not None
+    assert CostModelStore(recorded).latest(FAMILY, EXTRACTOR) is not None
 
 
 @pytest.mark.slow

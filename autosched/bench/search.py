@@ -183,7 +183,8 @@ def bench_search(
         predictor = None
         if replay:
             assert source is not None
-            predictor = LatencyPredictor(_model_without(source, family, None), source, target)
+            guesser = _model_without(source, family, None, objective="throughput")
+            predictor = LatencyPredictor(guesser, source, target)
         for arm in arms:
             if arm in ("warm", "neighbours") and warm_model is None:
                 continue
@@ -215,9 +216,13 @@ def bench_search(
 
 
 def _model_without(
-    source: TuningLog, family: str, workload: Workload | None
+    source: TuningLog,
+    family: str,
+    workload: Workload | None,
+    objective: str = DEFAULT_OBJECTIVE,
 ) -> XGBCostModel | None:
-    """A shared model trained on the source's measurements of ``family`` except ``workload``'s."""
+    """A shared model of ``objective`` trained on the source's measurements of ``family`` except
+    ``workload``'s."""
     data = load_dataset(CostModelStore(source), family)
     if workload is not None:
         stored = source.find_workload(workload.key)
@@ -227,7 +232,7 @@ def _model_without(
         if workload is None:
             raise UserError(f"the source log has no successful measurements for {family}")
         return None
-    return fit(data, objective=DEFAULT_OBJECTIVE, seed=0)
+    return fit(data, objective=objective, seed=0)
 
 
 def _run(

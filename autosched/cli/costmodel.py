@@ -91,7 +91,7 @@ def _on_family_log(
 @model_app.command("train")
 def train(
     target: ModelTargetOpt = None,
-    objective: ObjectiveOpt = "throughput",
+    objective: ObjectiveOpt = "pairwise",
     no_eval: Annotated[
         bool, typer.Option("--no-eval", help="Skip the leave-workload-out scores.")
     ] = False,
@@ -127,7 +127,7 @@ def train(
 @model_app.command("eval")
 def evaluate(
     target: ModelTargetOpt = None,
-    objective: ObjectiveOpt = "throughput",
+    objective: ObjectiveOpt = "pairwise",
     first: FirstOpt = 64,
     db: DbOpt = None,
     as_json: JsonOpt = False,
@@ -197,6 +197,7 @@ def list_models(target: ModelTargetOpt = None, db: DbOpt = None, as_json: JsonOp
         "measurements",
         "workloads",
         "objective",
+        "features",
         "shared pairwise / top-1 / top-5",
     )
     for version in versions:
@@ -209,6 +210,7 @@ def list_models(target: ModelTargetOpt = None, db: DbOpt = None, as_json: JsonOp
             str(version.trained_on),
             str(version.workloads),
             version.objective,
+            version.features,
             _scores_text(shared),
         )
     _out.print(table)

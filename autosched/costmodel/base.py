@@ -11,13 +11,15 @@ from typing import Protocol
 
 import numpy as np
 
+from autosched.costmodel.features import CandidateFeatures
+
 
 class CostModel(Protocol):
     """Learns from measured candidates of workloads and predicts which candidates run fastest.
 
-    Features are rows of ``autosched.costmodel.features.FEATURE_WIDTH`` numbers, one per
-    candidate; measurements are filed by group (a workload key), and predictions are comparable
-    within a group (higher is faster).
+    Features are one matrix per candidate, a row of ``PER_STORE_WIDTH`` numbers per buffer store
+    (``autosched.costmodel.features``); measurements are filed by group (a workload key), and
+    predictions are comparable within a group (higher is faster).
 
     Thread safety: none; one search owns a model at a time.
     """
@@ -42,7 +44,9 @@ class CostModel(Protocol):
         """Whether `predict` may be called."""
         ...
 
-    def add(self, group: str, features: np.ndarray, latencies: Sequence[float | None]) -> None:
+    def add(
+        self, group: str, features: CandidateFeatures, latencies: Sequence[float | None]
+    ) -> None:
         """Add measurements of candidates of one group; a None latency marks a failed one."""
         ...
 
@@ -50,6 +54,6 @@ class CostModel(Protocol):
         """Fit on everything added so far."""
         ...
 
-    def predict(self, features: np.ndarray) -> np.ndarray:
-        """A score per row, higher for faster candidates. Raises RuntimeError if not `trained`."""
+    def predict(self, features: CandidateFeatures) -> np.ndarray:
+        """A score per candidate, higher for faster ones. Raises RuntimeError if not `trained`."""
         ...

@@ -1,9 +1,9 @@
 """Training data of a target family's shared cost model, read from the tuning log.
 
-Every measurement of the family becomes one row: the candidate's pooled features and its median
-latency (+inf when it failed), grouped by workload and target. Features are extracted once, by
-replaying the candidate's trace, and cached in the log; a candidate whose trace no longer replays
-(another TVM version) is cached as empty and left out.
+Every measurement of the family becomes one row: the candidate's per-store feature matrix and its
+median latency (+inf when it failed), grouped by workload and target. Features are extracted once,
+by replaying the candidate's trace, and cached in the log; a candidate whose trace no longer
+replays (another TVM version) is cached as empty and left out.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from tvm.s_tir.meta_schedule import TuneContext
 from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 from tvm.s_tir.meta_schedule.search_strategy import MeasureCandidate
 
-from autosched.costmodel.features import FEATURE_WIDTH, candidate_features
+from autosched.costmodel.features import PER_STORE_WIDTH, candidate_features
 from autosched.intrinsics import use_tensor_intrinsics
 from autosched.log.costmodels import CostModelStore, TrainingRow
 from autosched.schedule import apply_trace
@@ -25,12 +25,13 @@ from autosched.target import to_tvm_target
 from autosched.workload import resolve_workload
 
 # Names the feature definition of features.py; change it whenever that definition changes.
-EXTRACTOR = f"per-store-pooled-{FEATURE_WIDTH}"
+EXTRACTOR = f"per-store-{PER_STORE_WIDTH}"
 
 
 @dataclass(frozen=True)
 class Dataset:
-    """Rows of measurements: features, latencies (+inf: failed) and the group of each row.
+    """Rows of measurements: features (an object array of per-store matrices), latencies (+inf:
+    failed) and the group of each row.
 
     ``groups[i]`` indexes ``subjects``, the (workload id, target id) pairs; ``labels`` names the
     workloads by id.
@@ -126,13 +127,13 @@ def _extract(
 def _assemble(
     store: CostModelStore, rows: Sequence[TrainingRow], features: dict[int, np.ndarray]
 ) -> Dataset:
-    usable = [row for row in rows if len(features.get(row.candidate_id, ())) == FEATURE_WIDTH]
+    usable = [row for row in rows if len(features.get(row.candidate_id, ()))]
     subjects = sorted({(row.workload_id, row.target_id) for row in usable})
     index = {subject: i for i, subject in enumerate(subjects)}
+    matrices = np.empty(len(usable), dtype=object)
+    matrices[:] = [features[row.candidate_id].reshape(-1, PER_STORE_WIDTH) for row in usable]
     return Dataset(
-        features=np.asarray(
-            [features[row.candidate_id] for row in usable], dtype=np.float32
-        ).reshape(-1, FEATURE_WIDTH),
+        features=matrices,
         latencies=np.asarray(
             [np.inf if row.median_secs is None else row.median_secs for row in usable],
             dtype=np.float64,

@@ -1,8 +1,9 @@
-"""Candidate features: MetaSchedule's per-store features, pooled into one vector per candidate.
+"""Candidate features: MetaSchedule's per-store features, one row per buffer store of a program.
 
 Per-store features describe each buffer store of a scheduled program (loop structure, arithmetic,
-memory access, reuse); a program has one row per store. Pooling them by sum and by max gives a
-fixed-length vector that any regressor or ranker can use.
+memory access, reuse). A candidate is the matrix of its stores' rows, as many rows as it has
+stores; a model scores each store and sums the scores into the candidate's (see
+``autosched.costmodel.xgb``), as Ansor's and MetaSchedule's own models do.
 """
 
 from __future__ import annotations
@@ -15,7 +16,9 @@ from tvm.s_tir.meta_schedule.feature_extractor import PerStoreFeature
 from tvm.s_tir.meta_schedule.search_strategy import MeasureCandidate
 
 PER_STORE_WIDTH = 164
-FEATURE_WIDTH = 2 * PER_STORE_WIDTH + 1
+
+CandidateFeatures = Sequence[np.ndarray]
+"""One float32 matrix of shape (stores, PER_STORE_WIDTH) per candidate."""
 
 _extractor: PerStoreFeature | None = None
 
@@ -27,18 +30,11 @@ def _per_store_extractor() -> PerStoreFeature:
     return _extractor
 
 
-def pool(per_store: np.ndarray) -> np.ndarray:
-    """One candidate's per-store rows pooled into a vector: sum, max, and the number of stores."""
-    if per_store.shape[0] == 0:
-        return np.zeros(FEATURE_WIDTH, dtype=np.float32)
-    return np.concatenate(
-        [per_store.sum(axis=0), per_store.max(axis=0), [per_store.shape[0]]]
-    ).astype(np.float32)
-
-
-def candidate_features(context: TuneContext, candidates: Sequence[MeasureCandidate]) -> np.ndarray:
-    """The pooled feature matrix of ``candidates``: one row of FEATURE_WIDTH per candidate."""
+def candidate_features(
+    context: TuneContext, candidates: Sequence[MeasureCandidate]
+) -> list[np.ndarray]:
+    """The per-store feature matrix of each of ``candidates``."""
     if not candidates:
-        return np.zeros((0, FEATURE_WIDTH), dtype=np.float32)
+        return []
     per_store = _per_store_extractor().extract_from(context, list(candidates))
-    return np.stack([pool(rows.numpy()) for rows in per_store])
+    return [rows.numpy().astype(np.float32).reshape(-1, PER_STORE_WIDTH) for rows in per_store]

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from autosched.costmodel.dataset import load_dataset
+from autosched.costmodel.dataset import EXTRACTOR, load_dataset
 from autosched.costmodel.evaluation import DEFAULT_FIRST, Evaluation, fit, leave_workload_out
 from autosched.costmodel.xgb import DEFAULT_OBJECTIVE, XGBCostModel
 from autosched.errors import UserError
@@ -69,6 +69,7 @@ def train_shared(
     info = store.add(
         family=family,
         objective=objective,
+        features=EXTRACTOR,
         booster=model.booster_bytes(),
         trained_on=len(data),
         workloads=len(np.unique(data.workload_ids())),
@@ -113,15 +114,15 @@ def starting_model(
     """The cost model a job's search starts from, and the stored version it loads.
 
     That is version ``model_id`` if given (a job resumed elsewhere keeps its version), else the
-    latest version of the target's family; a fresh model when ``warm`` is false or the family
-    has no version yet.
+    latest version of the target's family; a fresh model when ``warm`` is false, the family has
+    no version yet, or the version reads another feature definition than this one.
     """
     store = CostModelStore(log)
     if model_id is not None:
         version: ModelInfo | None = store.get(model_id)
     else:
-        version = store.latest(target_family(target)) if warm else None
-    if version is None:
+        version = store.latest(target_family(target), EXTRACTOR) if warm else None
+    if version is None or version.features != EXTRACTOR:
         return XGBCostModel(seed=seed), None
     booster = store.booster(version.id)
     return XGBCostModel.pretrained(booster, version.objective, seed=seed), version
@@ -130,7 +131,7 @@ def starting_model(
 def retrain_if_grown(log: TuningLog, family: str) -> Trained | None:
     """Train a new version when the family's measurements grew enough since the latest one."""
     store = CostModelStore(log)
-    latest = store.latest(family)
+    latest = store.latest(family, EXTRACTOR)
     after = latest.last_measurement_id if latest else 0
     new = store.count_measurements(family, after=after)
     trained_on = latest.trained_on if latest else 0

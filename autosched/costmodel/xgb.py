@@ -1,9 +1,16 @@
 """The XGBoost cost model: learns which candidates of a workload run fastest.
 
+A candidate is scored as the sum of its buffer stores' scores: the booster sees one row per store
+(``autosched.costmodel.features``) and learns, through objectives of our own, so that the sums
+match the candidates' labels. A store that behaves alike in two programs is scored alike, however
+many other stores either program has, which pooled features could not say.
+
 Training data are grouped by workload: a candidate's label is its group's best latency over its
 own latency, 1.0 for the fastest and towards 0 for slow or failed ones, so groups of different
 sizes and speeds share one model. Two objectives learn from those labels: ``throughput`` regresses
-them, ``pairwise`` learns only their order within each group (XGBoost's ``rank:pairwise``).
+them (squared error of the sums), ``pairwise`` learns only their order within each group (the
+logistic loss of RankNet on pairs of candidates, each against `_PARTNERS` random partners of its
+group in every boosting round).
 
 A model may start from a pretrained booster (a shared model of the target family): until it is
 fitted it predicts with that booster, and fitting adds a few boosting rounds on its own data.
@@ -11,16 +18,18 @@ fitted it predicts with that booster, and fitting adds a few boosting rounds on 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 import xgboost as xgb
 
-from autosched.costmodel.features import FEATURE_WIDTH
+from autosched.costmodel.features import PER_STORE_WIDTH, CandidateFeatures
 
-OBJECTIVES = {"throughput": "reg:squarederror", "pairwise": "rank:pairwise"}
-DEFAULT_OBJECTIVE = "throughput"
+OBJECTIVES = ("throughput", "pairwise")
+# Ranking ranked better than regression on each of three logs (benchmarks/README.md); the replay
+# simulator's latency guesses need ``throughput``, and ask for it.
+DEFAULT_OBJECTIVE = "pairwise"
 _PARAMS = {
     "max_depth": 10,
     "eta": 0.2,
@@ -28,21 +37,35 @@ _PARAMS = {
     "min_child_weight": 0.0,
     "subsample": 1.0,
     "verbosity": 0,
+    "base_score": 0.0,  # a candidate's score is the sum of its stores' margins, nothing added
+    "disable_default_eval_metric": 1,
 }
 _BOOST_ROUNDS = 120
 # Rounds added to a pretrained booster: enough to learn the workload at hand, few enough that a
 # handful of its measurements do not overwrite what the family's log taught.
 _FINE_TUNE_ROUNDS = 30
+# Random partners in its group that each candidate is ranked against, per boosting round.
+_PARTNERS = 32
 
 
 @dataclass
 class _Group:
-    features: list[np.ndarray] = field(default_factory=list)
+    features: list[np.ndarray] = field(default_factory=list)  # one matrix per candidate
     latencies: list[float] = field(default_factory=list)  # +inf for failed candidates
 
 
+@dataclass(frozen=True)
+class _TrainingSet:
+    """Store rows, the candidate each row belongs to, and per candidate its label and group."""
+
+    rows: np.ndarray
+    owners: np.ndarray
+    labels: np.ndarray
+    groups: np.ndarray
+
+
 class XGBCostModel:
-    """A throughput model over pooled per-store features; a `CostModel`. It travels as its
+    """Scores a candidate as the sum of its stores' scores; a `CostModel`. It travels as its
     booster (`booster_bytes`, `pretrained`), which the log stores as a shared model version.
 
     Thread safety: none; one owner at a time.
@@ -103,32 +126,41 @@ class XGBCostModel:
         """Whether it can predict: it was fitted, or it starts from a pretrained booster."""
         return self._booster is not None or self._base is not None
 
-    def add(self, group: str, features: np.ndarray, latencies: Sequence[float | None]) -> None:
+    def add(
+        self, group: str, features: CandidateFeatures, latencies: Sequence[float | None]
+    ) -> None:
         """Add measurements of candidates of one workload; a None latency marks a failed one."""
-        if features.shape != (len(latencies), FEATURE_WIDTH):
-            raise ValueError(f"expected features of shape ({len(latencies)}, {FEATURE_WIDTH})")
+        if len(features) != len(latencies):
+            raise ValueError(f"{len(features)} feature matrices for {len(latencies)} latencies")
+        matrices = [np.asarray(matrix, dtype=np.float32) for matrix in features]
+        if any(m.ndim != 2 or m.shape[1] != PER_STORE_WIDTH for m in matrices):
+            raise ValueError(f"expected per-store matrices of {PER_STORE_WIDTH} columns")
         data = self._groups.setdefault(group, _Group())
-        data.features.extend(features)
+        data.features.extend(matrices)
         data.latencies.extend(np.inf if x is None else float(x) for x in latencies)
 
     def fit(self) -> None:
         """Fit the model on every measurement added (on top of the pretrained booster, if any);
         does nothing while none succeeded."""
-        xs, ys, groups = self._training_set()
-        if not np.any(ys > 0):
+        data = self._training_set()
+        if not np.any(data.labels > 0):
             return
-        params = {**_PARAMS, "objective": OBJECTIVES[self.objective], "seed": self._seed}
+        params = {**_PARAMS, "seed": self._seed}
         if self._nthread is not None:
             params["nthread"] = self._nthread
-        data = xgb.DMatrix(xs, label=ys, qid=groups if self.objective == "pairwise" else None)
-        if self._base is None:
-            self._booster = xgb.train(params, data, _BOOST_ROUNDS)
+        if self.objective == "throughput":
+            objective = _squared_error_of_sums(data)
         else:
-            self._booster = xgb.train(params, data, _FINE_TUNE_ROUNDS, xgb_model=self._base)
-        self._trained_on = len(ys)
+            objective = _ranknet_of_sums(data, np.random.default_rng(self._seed))
+        rounds = _BOOST_ROUNDS if self._base is None else _FINE_TUNE_ROUNDS
+        self._booster = xgb.train(
+            params, xgb.DMatrix(data.rows), rounds, obj=objective, xgb_model=self._base
+        )
+        self._trained_on = len(data.labels)
 
-    def predict(self, features: np.ndarray) -> np.ndarray:
-        """Predicted normalised throughput per row (higher is faster).
+    def predict(self, features: CandidateFeatures) -> np.ndarray:
+        """A score per candidate, higher for faster: the predicted fraction of its group's best
+        throughput (``throughput``), or a score that only orders candidates (``pairwise``).
 
         Raises:
             RuntimeError: the model was never fitted.
@@ -136,21 +168,79 @@ class XGBCostModel:
         booster = self._booster or self._base
         if booster is None:
             raise RuntimeError("the cost model has not been fitted yet")
-        return booster.predict(xgb.DMatrix(features)).astype(np.float64)
+        rows, owners = _stacked(features)
+        margins = booster.predict(xgb.DMatrix(rows), output_margin=True)
+        return np.bincount(owners, weights=margins, minlength=len(features))
 
-    def _training_set(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Features, labels and group numbers of every measurement, group after group."""
-        xs: list[np.ndarray] = []
-        ys: list[np.ndarray] = []
+    def _training_set(self) -> _TrainingSet:
+        """Every measurement's store rows, label and group number, group after group."""
+        matrices: list[np.ndarray] = []
+        labels: list[np.ndarray] = []
         groups: list[np.ndarray] = []
         for index, data in enumerate(self._groups.values()):
             latencies = np.asarray(data.latencies, dtype=np.float64)
-            ys.append(throughput_labels(latencies))
-            xs.append(np.asarray(data.features, dtype=np.float32).reshape(-1, FEATURE_WIDTH))
+            matrices.extend(data.features)
+            labels.append(throughput_labels(latencies))
             groups.append(np.full(len(latencies), index))
-        if not xs:
-            return np.zeros((0, FEATURE_WIDTH), dtype=np.float32), np.zeros(0), np.zeros(0)
-        return np.concatenate(xs), np.concatenate(ys), np.concatenate(groups)
+        rows, owners = _stacked(matrices)
+        if not labels:
+            return _TrainingSet(rows, owners, np.zeros(0), np.zeros(0, dtype=np.int64))
+        return _TrainingSet(rows, owners, np.concatenate(labels), np.concatenate(groups))
+
+
+_Objective = Callable[[np.ndarray, xgb.DMatrix], tuple[np.ndarray, np.ndarray]]
+"""A custom XGBoost objective: gradient and hessian of the loss at each row's margin."""
+
+
+def _stacked(matrices: CandidateFeatures) -> tuple[np.ndarray, np.ndarray]:
+    """All store rows in one matrix, and the index of the candidate each row belongs to."""
+    if not len(matrices):
+        return np.zeros((0, PER_STORE_WIDTH), dtype=np.float32), np.zeros(0, dtype=np.int64)
+    rows = np.concatenate(matrices).astype(np.float32, copy=False)
+    owners = np.repeat(np.arange(len(matrices)), [len(m) for m in matrices])
+    return rows, owners
+
+
+def _sums(data: _TrainingSet, margins: np.ndarray) -> np.ndarray:
+    return np.bincount(data.owners, weights=margins, minlength=len(data.labels))
+
+
+def _squared_error_of_sums(data: _TrainingSet) -> _Objective:
+    """Half the squared error of each candidate's sum against its label: every store row of a
+    candidate gets the candidate's residual as gradient, and 1 as hessian."""
+
+    def objective(margins: np.ndarray, _: xgb.DMatrix) -> tuple[np.ndarray, np.ndarray]:
+        gradient = (_sums(data, margins) - data.labels)[data.owners]
+        return gradient, np.ones_like(gradient)
+
+    return objective
+
+
+def _ranknet_of_sums(data: _TrainingSet, rng: np.random.Generator) -> _Objective:
+    """RankNet's logistic loss on pairs of candidates of one group with different labels, the
+    pairs drawn anew each round: each candidate against `_PARTNERS` random ones of its group."""
+    order = np.argsort(data.groups, kind="stable")
+    sorted_groups = data.groups[order]
+    first = np.repeat(np.searchsorted(sorted_groups, sorted_groups, side="left"), _PARTNERS)
+    size = np.repeat(np.searchsorted(sorted_groups, sorted_groups, side="right"), _PARTNERS)
+    size -= first
+    mine = np.repeat(order, _PARTNERS)
+
+    def objective(margins: np.ndarray, _: xgb.DMatrix) -> tuple[np.ndarray, np.ndarray]:
+        sums = _sums(data, margins)
+        theirs = order[first + (rng.random(len(mine)) * size).astype(np.int64)]
+        sign = np.sign(data.labels[mine] - data.labels[theirs])
+        ordered = sign != 0
+        i, j, sign = mine[ordered], theirs[ordered], sign[ordered]
+        # the modelled chance that the pair is misordered, 1 / (1 + e^x), without overflow
+        wrong = np.exp(-np.logaddexp(0.0, sign * (sums[i] - sums[j])))
+        n = len(data.labels)
+        gradient = np.bincount(j, sign * wrong, n) - np.bincount(i, sign * wrong, n)
+        curvature = wrong * (1.0 - wrong)
+        hessian = np.bincount(i, curvature, n) + np.bincount(j, curvature, n)
+        return gradient[data.owners], np.maximum(hessian, 1e-6)[data.owners]
+
+    return objective
 
 
 def throughput_labels(latencies: np.ndarray) -> np.ndarray:

@@ -41,6 +41,7 @@ class ModelInfo:
     family: str
     version: int
     objective: str
+    features: str
     created_at: datetime
     trained_on: int
     workloads: int
@@ -53,6 +54,7 @@ class ModelInfo:
             "family": self.family,
             "version": self.version,
             "objective": self.objective,
+            "features": self.features,
             "created_at": self.created_at.isoformat(),
             "trained_on": self.trained_on,
             "workloads": self.workloads,
@@ -150,7 +152,7 @@ class CostModelStore:
     def cached_features(
         self, candidate_ids: Sequence[int], extractor: str
     ) -> dict[int, np.ndarray]:
-        """The cached feature vectors of those candidates that have them."""
+        """The cached features of those candidates that have them, each flattened."""
         found: dict[int, np.ndarray] = {}
         chunk = 500  # stays under every backend's limit on bound parameters
         with self._log.sessions.begin() as session:
@@ -164,7 +166,7 @@ class CostModelStore:
         return found
 
     def cache_features(self, features: Iterable[tuple[int, np.ndarray]], extractor: str) -> None:
-        """Store feature vectors by candidate id, in one transaction."""
+        """Store features by candidate id (each flattened), in one transaction."""
         values = [
             {
                 "candidate_id": candidate_id,
@@ -187,13 +189,15 @@ class CostModelStore:
         *,
         family: str,
         objective: str,
+        features: str,
         booster: bytes,
         trained_on: int,
         workloads: int,
         last_measurement_id: int,
         scores: dict[str, Any] | None = None,
     ) -> ModelInfo:
-        """Store a new version of the family's model; it becomes the latest."""
+        """Store a new version of the family's model, reading the feature definition
+        ``features``; it becomes the latest."""
         for _ in range(_VERSION_RETRIES):
             try:
                 with self._log.sessions.begin() as session:
@@ -204,6 +208,7 @@ class CostModelStore:
                         family=family,
                         version=(newest or 0) + 1,
                         objective=objective,
+                        features=features,
                         trained_on=trained_on,
                         workloads=workloads,
                         last_measurement_id=last_measurement_id,
@@ -217,11 +222,12 @@ class CostModelStore:
                 continue
         raise RuntimeError(f"could not number a new model version of {family}")
 
-    def latest(self, family: str) -> ModelInfo | None:
-        """The newest version of the family's model, or None when it has none."""
+    def latest(self, family: str, features: str) -> ModelInfo | None:
+        """The newest version of the family's model that reads the feature definition
+        ``features``, or None when it has none."""
         query = (
             select(CostModel)
-            .where(CostModel.family == family)
+            .where(CostModel.family == family, CostModel.features == features)
             .order_by(CostModel.version.desc())
             .limit(1)
         )
@@ -276,6 +282,7 @@ def _model_info(row: CostModel) -> ModelInfo:
         family=row.family,
         version=row.version,
         objective=row.objective,
+        features=row.features,
         created_at=row.created_at,
         trained_on=row.trained_on,
         workloads=row.workloads,

@@ -324,9 +324,10 @@ class CostModel(Base):
     """One version of a target family's shared cost model, trained on the whole tuning log.
 
     ``family`` names the targets whose measurements it learns from (``llvm:sapphirerapids``,
-    ``cuda:sm_90``); ``version`` counts up per family. ``last_measurement_id`` is the newest
-    measurement it was trained on; ``scores`` holds its leave-workload-out evaluation, if any.
-    ``booster`` is the serialised XGBoost model.
+    ``cuda:sm_90``); ``version`` counts up per family. ``features`` names the feature definition
+    it reads (a `CandidateFeatures` extractor). ``last_measurement_id`` is the newest measurement
+    it was trained on; ``scores`` holds its leave-workload-out evaluation, if any. ``booster`` is
+    the serialised XGBoost model.
     """
 
     __tablename__ = "cost_models"
@@ -336,6 +337,7 @@ class CostModel(Base):
     family: Mapped[Name]
     version: Mapped[int]
     objective: Mapped[str] = mapped_column(String(32))
+    features: Mapped[str] = mapped_column(String(64))
     created_at: Mapped[CreatedAt]
     trained_on: Mapped[int]
     workloads: Mapped[int]
@@ -345,7 +347,7 @@ class CostModel(Base):
 
 
 class CandidateFeatures(Base):
-    """A measured candidate's feature vector, extracted once and reused by every model trained.
+    """A measured candidate's features, extracted once and reused by every model trained.
 
     ``extractor`` names the feature definition, so a new definition never mixes with old rows.
     """

@@ -93,6 +93,7 @@ def list_cost_models(
             family=model.family,
             version=model.version,
             objective=model.objective,
+            features=model.features,
             created_at=model.created_at,
             trained_on=model.trained_on,
             workloads=model.workloads,

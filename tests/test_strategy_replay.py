@@ -33,7 +33,8 @@ def source(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[TuningLog
     path = tmp_path_factory.mktemp("source") / "recorded.db"
     log = TuningLog(f"sqlite:///{path}")
     load_recording(DATA / "small_matmuls.json.gz", log, host_target())
-    model = train_shared(log, target_family(host_target()), evaluate=False).model
+    family = target_family(host_target())
+    model = train_shared(log, family, objective="throughput", evaluate=False).model
     booster = CostModelStore(log).booster(model.id)
     yield log, XGBCostModel.pretrained(booster, model.objective)
     log.close()

@@ -30,6 +30,7 @@ def sampled():
         space_generator="post-order-apply",
         search_strategy="replay-trace",
         rand_state=7,
+        num_threads=1,  # sampling on several threads draws other programs from run to run
     )
     context.pre_tuning(96, 96, context.generate_design_space(), MemoryDatabase(), RandomModel())
     candidates = context.generate_measure_candidates()
@@ -80,8 +81,7 @@ def test_the_model_learns_to_rank_unseen_candidates(sampled, objective: str) -> 
     model.add("matmul", features[:64], list(latencies[:64]))
     model.fit()
     accuracy = pairwise_accuracy(model.predict(features[64:]), latencies[64:])
-    # chance is 0.5; on 32 held-out candidates a seed moves the figure by a few hundredths
-    assert accuracy > 0.7, f"pairwise rank accuracy on held-out candidates: {accuracy:.2f}"
+    assert accuracy > 0.75, f"pairwise rank accuracy on held-out candidates: {accuracy:.2f}"
 
 
 def test_failed_candidates_are_learned_as_the_slowest(sampled) -> None:

@@ -39,7 +39,8 @@ ModelTargetOpt = Annotated[
     ),
 ]
 ObjectiveOpt = Annotated[
-    str, typer.Option("--objective", help="throughput (regression) or pairwise (ranking).")
+    str | None,
+    typer.Option("--objective", help="pairwise (ranking, the default) or throughput (regression)."),
 ]
 FirstOpt = Annotated[
     int,
@@ -58,10 +59,13 @@ def _family(target: str | None) -> str:
     return target_family(parse_target(target))
 
 
-def _checked_objective(objective: str) -> str:
-    from autosched.costmodel.xgb import OBJECTIVES
+def _checked_objective(objective: str | None) -> str:
+    """The objective asked for, or the model's default."""
+    from autosched.costmodel.xgb import DEFAULT_OBJECTIVE, OBJECTIVES
     from autosched.errors import UserError
 
+    if objective is None:
+        return DEFAULT_OBJECTIVE
     if objective not in OBJECTIVES:
         raise UserError(f"unknown objective {objective!r}; choose one of {', '.join(OBJECTIVES)}")
     return objective
@@ -91,7 +95,7 @@ def _on_family_log(
 @model_app.command("train")
 def train(
     target: ModelTargetOpt = None,
-    objective: ObjectiveOpt = "pairwise",
+    objective: ObjectiveOpt = None,
     no_eval: Annotated[
         bool, typer.Option("--no-eval", help="Skip the leave-workload-out scores.")
     ] = False,
@@ -127,7 +131,7 @@ def train(
 @model_app.command("eval")
 def evaluate(
     target: ModelTargetOpt = None,
-    objective: ObjectiveOpt = "pairwise",
+    objective: ObjectiveOpt = None,
     first: FirstOpt = 64,
     db: DbOpt = None,
     as_json: JsonOpt = False,

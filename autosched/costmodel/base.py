@@ -11,7 +11,7 @@ from typing import Protocol
 
 import numpy as np
 
-from autosched.costmodel.features import CandidateFeatures
+from autosched.costmodel.features import StoreFeatures
 
 
 class CostModel(Protocol):
@@ -44,9 +44,7 @@ class CostModel(Protocol):
         """Whether `predict` may be called."""
         ...
 
-    def add(
-        self, group: str, features: CandidateFeatures, latencies: Sequence[float | None]
-    ) -> None:
+    def add(self, group: str, features: StoreFeatures, latencies: Sequence[float | None]) -> None:
         """Add measurements of candidates of one group; a None latency marks a failed one."""
         ...
 
@@ -54,6 +52,6 @@ class CostModel(Protocol):
         """Fit on everything added so far."""
         ...
 
-    def predict(self, features: CandidateFeatures) -> np.ndarray:
+    def predict(self, features: StoreFeatures) -> np.ndarray:
         """A score per candidate, higher for faster ones. Raises RuntimeError if not `trained`."""
         ...

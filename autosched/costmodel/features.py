@@ -17,7 +17,7 @@ from tvm.s_tir.meta_schedule.search_strategy import MeasureCandidate
 
 PER_STORE_WIDTH = 164
 
-CandidateFeatures = Sequence[np.ndarray]
+StoreFeatures = Sequence[np.ndarray]
 """One float32 matrix of shape (stores, PER_STORE_WIDTH) per candidate."""
 
 _extractor: PerStoreFeature | None = None
@@ -37,4 +37,7 @@ def candidate_features(
     if not candidates:
         return []
     per_store = _per_store_extractor().extract_from(context, list(candidates))
-    return [rows.numpy().astype(np.float32).reshape(-1, PER_STORE_WIDTH) for rows in per_store]
+    return [
+        np.asarray(rows.numpy(), dtype=np.float32).reshape(-1, PER_STORE_WIDTH)
+        for rows in per_store
+    ]

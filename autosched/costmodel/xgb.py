@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import xgboost as xgb
 
-from autosched.costmodel.features import PER_STORE_WIDTH, CandidateFeatures
+from autosched.costmodel.features import PER_STORE_WIDTH, StoreFeatures
 
 OBJECTIVES = ("throughput", "pairwise")
 # Ranking ranked better than regression on each of three logs (benchmarks/README.md); the replay
@@ -56,7 +56,8 @@ class _Group:
 
 @dataclass(frozen=True)
 class _TrainingSet:
-    """Store rows, the candidate each row belongs to, and per candidate its label and group."""
+    """Store rows, the candidate each row belongs to, and per candidate its label and group;
+    groups are numbered 0, 1, ... and each one's candidates are contiguous."""
 
     rows: np.ndarray
     owners: np.ndarray
@@ -126,9 +127,7 @@ class XGBCostModel:
         """Whether it can predict: it was fitted, or it starts from a pretrained booster."""
         return self._booster is not None or self._base is not None
 
-    def add(
-        self, group: str, features: CandidateFeatures, latencies: Sequence[float | None]
-    ) -> None:
+    def add(self, group: str, features: StoreFeatures, latencies: Sequence[float | None]) -> None:
         """Add measurements of candidates of one workload; a None latency marks a failed one."""
         if len(features) != len(latencies):
             raise ValueError(f"{len(features)} feature matrices for {len(latencies)} latencies")
@@ -158,7 +157,7 @@ class XGBCostModel:
         )
         self._trained_on = len(data.labels)
 
-    def predict(self, features: CandidateFeatures) -> np.ndarray:
+    def predict(self, features: StoreFeatures) -> np.ndarray:
         """A score per candidate, higher for faster: the predicted fraction of its group's best
         throughput (``throughput``), or a score that only orders candidates (``pairwise``).
 
@@ -192,7 +191,7 @@ _Objective = Callable[[np.ndarray, xgb.DMatrix], tuple[np.ndarray, np.ndarray]]
 """A custom XGBoost objective: gradient and hessian of the loss at each row's margin."""
 
 
-def _stacked(matrices: CandidateFeatures) -> tuple[np.ndarray, np.ndarray]:
+def _stacked(matrices: StoreFeatures) -> tuple[np.ndarray, np.ndarray]:
     """All store rows in one matrix, and the index of the candidate each row belongs to."""
     if not len(matrices):
         return np.zeros((0, PER_STORE_WIDTH), dtype=np.float32), np.zeros(0, dtype=np.int64)
@@ -219,16 +218,14 @@ def _squared_error_of_sums(data: _TrainingSet) -> _Objective:
 def _ranknet_of_sums(data: _TrainingSet, rng: np.random.Generator) -> _Objective:
     """RankNet's logistic loss on pairs of candidates of one group with different labels, the
     pairs drawn anew each round: each candidate against `_PARTNERS` random ones of its group."""
-    order = np.argsort(data.groups, kind="stable")
-    sorted_groups = data.groups[order]
-    first = np.repeat(np.searchsorted(sorted_groups, sorted_groups, side="left"), _PARTNERS)
-    size = np.repeat(np.searchsorted(sorted_groups, sorted_groups, side="right"), _PARTNERS)
-    size -= first
-    mine = np.repeat(order, _PARTNERS)
+    first = np.searchsorted(data.groups, data.groups, side="left")  # where each one's group begins
+    size = np.searchsorted(data.groups, data.groups, side="right") - first
+    mine = np.repeat(np.arange(len(data.labels)), _PARTNERS)
+    first, size = first[mine], size[mine]
 
     def objective(margins: np.ndarray, _: xgb.DMatrix) -> tuple[np.ndarray, np.ndarray]:
         sums = _sums(data, margins)
-        theirs = order[first + (rng.random(len(mine)) * size).astype(np.int64)]
+        theirs = first + (rng.random(len(mine)) * size).astype(np.int64)
         sign = np.sign(data.labels[mine] - data.labels[theirs])
         ordered = sign != 0
         i, j, sign = mine[ordered], theirs[ordered], sign[ordered]

@@ -325,9 +325,9 @@ class CostModel(Base):
 
     ``family`` names the targets whose measurements it learns from (``llvm:sapphirerapids``,
     ``cuda:sm_90``); ``version`` counts up per family. ``features`` names the feature definition
-    it reads (a `CandidateFeatures` extractor). ``last_measurement_id`` is the newest measurement
-    it was trained on; ``scores`` holds its leave-workload-out evaluation, if any. ``booster`` is
-    the serialised XGBoost model.
+    it reads (an ``extractor`` of `CandidateFeatures`). ``last_measurement_id`` is the newest
+    measurement it was trained on; ``scores`` holds its leave-workload-out evaluation, if any.
+    ``booster`` is the serialised XGBoost model.
     """
 
     __tablename__ = "cost_models"

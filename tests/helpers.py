@@ -1,6 +1,7 @@
 """Helpers shared by the tests: a free loopback port, waiting for a condition, running the
 `autosched` command line in a process of its own (``conftest.cli`` runs it in-process),
-threads released at once, and process pool children started as autosched's processes are."""
+threads released at once, process pool children started as autosched's processes are, and this
+machine's target on one core."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from typing import TypeVar
 
 import pytest
 
+from autosched.target import host_target
 from autosched.torch_guard import keep_torch_out
 
 T = TypeVar("T")
@@ -39,6 +41,16 @@ class CliResult:
 
 Cli = Callable[..., CliResult]
 """The ``cli`` fixture: ``cli(*args, cwd=...)`` runs a command in the test's process."""
+
+
+def one_core_target() -> dict:
+    """This machine's target with one core, for a test that asks tuning to beat the untuned program.
+
+    The suite runs a test file on every core; a candidate timed on two threads shares a core with
+    another file's builds and can lose to the single-threaded untuned program by preemption (its
+    threads wait on each other at every barrier), whatever its schedule.
+    """
+    return {**host_target(), "num-cores": 1}
 
 
 def free_port() -> int:

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tvm
-from helpers import Cli, CliResult, autosched
+from helpers import Cli, CliResult, autosched, one_core_target
 from sqlalchemy import create_engine, text
 from tvm.s_tir import meta_schedule as ms
 
@@ -22,6 +22,7 @@ from autosched.target import host_target, to_tvm_target
 from autosched.workloads import get_workload
 
 SHAPE = ["-p", "M=64", "-p", "N=64", "-p", "K=64"]
+ONE_CORE = ["--target", json.dumps(one_core_target())]  # the tuned fixture's target
 
 
 def _ok(result: CliResult) -> str:
@@ -46,7 +47,7 @@ def tuned(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     of three (the final itself is test_finalists.py's)."""
     work = tmp_path_factory.mktemp("tuned")
     result = autosched(
-        "tune", "matmul", *SHAPE, "--trials", "8", "--batch", "4", "--seed", "1",
+        "tune", "matmul", *SHAPE, *ONE_CORE, "--trials", "8", "--batch", "4", "--seed", "1",
         "--finalists", "3", "--json", cwd=work,
     )  # fmt: skip
     return work, json.loads(result.stdout)
@@ -80,7 +81,19 @@ def test_log_lists_the_tuned_workload(tuned: tuple[Path, dict], cli: Cli) -> Non
 @pytest.mark.slow
 def test_export_tvmscript_loads_and_computes_matmul(tuned: tuple[Path, dict], cli: Cli) -> None:
     work, _ = tuned
-    _ok(cli("export", "matmul", *SHAPE, "--format", "tvmscript", "-o", "best.py", cwd=work))
+    _ok(
+        cli(
+            "export",
+            "matmul",
+            *SHAPE,
+            *ONE_CORE,
+            "--format",
+            "tvmscript",
+            "-o",
+            "best.py",
+            cwd=work,
+        )
+    )
     func = tvm.script.from_source((work / "best.py").read_text())
     run_matmul(tvm.compile(func, target=to_tvm_target(host_target())).jit())
 
@@ -88,7 +101,19 @@ def test_export_tvmscript_loads_and_computes_matmul(tuned: tuple[Path, dict], cl
 @pytest.mark.slow
 def test_export_metaschedule_db_is_used_by_compile_tir(tuned: tuple[Path, dict], cli: Cli) -> None:
     work, _ = tuned
-    _ok(cli("export", "matmul", *SHAPE, "--format", "metaschedule-db", "-o", "msdb", cwd=work))
+    _ok(
+        cli(
+            "export",
+            "matmul",
+            *SHAPE,
+            *ONE_CORE,
+            "--format",
+            "metaschedule-db",
+            "-o",
+            "msdb",
+            cwd=work,
+        )
+    )
     database = ms.database.JSONDatabase(work_dir=str(work / "msdb"))
     workload = get_workload("matmul", {"M": 64, "N": 64, "K": 64})
     target = to_tvm_target(host_target())
@@ -103,7 +128,19 @@ def test_export_library_runs_and_describes_its_signature(
     tuned: tuple[Path, dict], cli: Cli
 ) -> None:
     work, report = tuned
-    _ok(cli("export", "matmul", *SHAPE, "--format", "library", "-o", "lib/mm.so", cwd=work))
+    _ok(
+        cli(
+            "export",
+            "matmul",
+            *SHAPE,
+            *ONE_CORE,
+            "--format",
+            "library",
+            "-o",
+            "lib/mm.so",
+            cwd=work,
+        )
+    )
     run_matmul(tvm.runtime.load_module(str(work / "lib" / "mm.so")))
     sidecar = json.loads((work / "lib" / "mm.json").read_text())
     assert sidecar["function"] == "main"
@@ -166,7 +203,7 @@ def test_export_with_an_unknown_format_or_an_untuned_workload_exits_2(
         (["--format", "metaschedule-db", "-o", "a_file"], "is a file"),
         (["--format", "metaschedule-db", "-o", "a_file/db"], "cannot write a_file/db"),
     ):
-        result = cli("export", "matmul", *SHAPE, *args, cwd=work)
+        result = cli("export", "matmul", *SHAPE, *ONE_CORE, *args, cwd=work)
         assert result.code == 2 and "\n" not in result.err.strip(), result.err
         assert message in result.err, (args, result.err)
     untuned = cli("export", "matmul", "-p", "M=32", "--format", "tvmscript", "-o", "x.py", cwd=work)
@@ -234,14 +271,14 @@ def test_a_users_tvmscript_file_is_tuned_and_checked_against_its_unscheduled_pro
     source = get_workload("matmul", {"M": 64, "N": 64, "K": 64}).func.script()
     (tmp_path / "mm.py").write_text("from tvm.script import tirx as T\n\n" + source)
     result = autosched(
-        "tune", "--file", "mm.py", "--trials", "4", "--batch", "4", "--finalists", "0", "--json",
-        cwd=tmp_path,
+        "tune", "--file", "mm.py", *ONE_CORE, "--trials", "4", "--batch", "4", "--finalists", "0",
+        "--json", cwd=tmp_path,
     )  # fmt: skip
     report = json.loads(result.stdout)
     assert report["workload"] == "mm" and report["trials"] == 4
     assert report["best_latency_us"] < report["baseline_latency_us"]
     assert report["gflops"] is None  # a user's program has no known FLOP count
-    _ok(cli("export", "--file", "mm.py", "--format", "tvmscript", "-o", "best.py"))
+    _ok(cli("export", "--file", "mm.py", *ONE_CORE, "--format", "tvmscript", "-o", "best.py"))
     func = tvm.script.from_source((tmp_path / "best.py").read_text())
     run_matmul(tvm.compile(func, target=to_tvm_target(host_target())).jit())
 

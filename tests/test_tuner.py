@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from faults import FaultyMeasurer, faulty_matmul
-from helpers import on_sqlite
+from helpers import on_sqlite, one_core_target
 
 from autosched.log import TuningLog
 from autosched.log.jobs import JobStore
@@ -32,7 +32,7 @@ def _ids(log: TuningLog, workload, target: dict) -> tuple[int, int]:
 @on_sqlite
 def test_tune_measures_the_budget_and_resume_adds_new_candidates_only(db_url: str) -> None:
     workload = get_workload("matmul", SHAPE)
-    target = host_target()
+    target = one_core_target()
     log = TuningLog(db_url)
     measurer = FaultyMeasurer(target, FAST, {})
     try:

@@ -40,13 +40,13 @@ class Recorder:
         self.observed += zip((p.program_hash for p in proposals), results, strict=True)
 
 
-def _seed(digest: str) -> RecordView:
+def _seed(digest: str, trace_json: str = "[[],[]]", samples: tuple = FOREIGN) -> RecordView:
     return RecordView(
         candidate_id=0,
-        trace_json="[[],[]]",
+        trace_json=trace_json,
         program_hash=digest,
-        median_secs=FOREIGN[0],
-        samples=FOREIGN,
+        median_secs=samples[0],
+        samples=samples,
         error_kind=None,
         error_msg=None,
         verified=True,
@@ -96,3 +96,35 @@ def test_the_evolutionary_search_learns_from_the_programs_it_observes() -> None:
     search.observe(list(observed.values()), [_here(digest) for digest in observed])
     assert model.num_samples == len(observed)
     assert search.propose()  # and it goes on proposing from what it learnt
+
+
+def test_the_evolutionary_search_resumed_from_history_proposes_only_new_programs() -> None:
+    # MetaSchedule seeds its population with the best recorded programs but knows only its own
+    # proposals as measured: left alone it proposes recorded programs again
+    workload = get_workload("matmul", {"M": 32, "N": 32, "K": 32})
+    target = host_target()
+    space, rng = design_space(workload, target, seed=1), random.Random(1)
+    history: dict[str, RecordView] = {}
+    while len(history) < 48:
+        if (sch := space.sample(lambda _name, choices: rng.choice(choices))) is not None:
+            digest = program_hash(sch.mod)
+            history[digest] = _seed(digest, trace_to_json(sch.trace), _here(digest).samples)
+    model = XGBCostModel(seed=0)
+    search = EvolutionarySearch(
+        workload,
+        target,
+        SearchCostModel(model, workload.key),
+        batch_size=8,
+        seed=0,
+        history=list(history.values()),
+        population_size=64,
+    )
+    assert model.trained  # the history's 48 measurements fitted it: it favours the fastest
+    seen = set(history)
+    for _ in range(4):
+        proposals = search.propose()
+        digests = {p.program_hash for p in proposals}
+        assert len(proposals) == len(digests) == 8
+        assert not digests & seen
+        seen |= digests
+        search.tell(proposals, [_here(p.program_hash) for p in proposals])

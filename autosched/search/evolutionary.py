@@ -5,6 +5,11 @@ on everything measured before, so tuning a workload again continues where it sto
 measurement of the job joins the population's database and the cost model as it arrives, the
 search's own candidates and the programs it observes (seeds, samples of the design space) alike;
 timings from elsewhere (other hardware, other shapes) never enter either.
+
+MetaSchedule's search never proposes a program twice, but it knows only the programs it proposed
+itself: the best measured programs seed its population, and those it did not propose (recorded
+history, seeds, samples) can come back as proposals. They are dropped here, and the search evolves
+another round when they left the batch short.
 """
 
 from __future__ import annotations
@@ -31,6 +36,9 @@ _STRATEGY_TRIAL_CAP = 1 << 30
 # MetaSchedule's population size, meant for budgets of hundreds of trials and more; smaller
 # budgets evolve a population of eight times their trials (at least 64), which costs less per batch.
 POPULATION_SIZE = 512
+# Rounds of evolution one batch may take: MetaSchedule proposes each program measured before at
+# most once (it then counts it as its own), so a short batch is rare and one more round fills it.
+_ROUNDS_PER_BATCH = 3
 
 
 def population_for(trials: int) -> int:
@@ -72,6 +80,8 @@ class EvolutionarySearch:
     ) -> None:
         self._workload = workload
         self._cost_model = cost_model
+        self._batch_size = batch_size
+        self._measured: set[str] = set()  # program hashes of every measurement learnt or told
         space = design_space(
             workload,
             target,
@@ -93,18 +103,28 @@ class EvolutionarySearch:
         )
 
     def propose(self) -> list[Proposal]:
-        candidates = self._context.generate_measure_candidates() or []
-        scores: Sequence[float | None] = [None] * len(candidates)
-        if candidates and self._cost_model.model.trained:
-            scores = [float(s) for s in self._cost_model.predict(self._context, candidates)]
+        fresh: dict[str, MeasureCandidate] = {}
+        for _ in range(_ROUNDS_PER_BATCH):
+            candidates = self._context.generate_measure_candidates() or []
+            for candidate in candidates:
+                digest = program_hash(candidate.sch.mod)
+                if digest not in self._measured:
+                    fresh.setdefault(digest, candidate)
+            if not candidates or len(fresh) >= self._batch_size:
+                break
+        picked = list(fresh.items())[: self._batch_size]
+        scores: Sequence[float | None] = [None] * len(picked)
+        if picked and self._cost_model.model.trained:
+            chosen = [candidate for _, candidate in picked]
+            scores = [float(s) for s in self._cost_model.scores(self._context, chosen)]
         return [
             Proposal(
                 trace_json=trace_to_json(candidate.sch.trace),
-                program_hash=program_hash(candidate.sch.mod),
+                program_hash=digest,
                 predicted_score=score,
                 handle=candidate,
             )
-            for candidate, score in zip(candidates, scores, strict=True)
+            for (digest, candidate), score in zip(picked, scores, strict=True)
         ]
 
     def tell(self, proposals: Sequence[Proposal], results: Sequence[MeasureResult]) -> None:
@@ -113,6 +133,7 @@ class EvolutionarySearch:
         self._cost_model.update(self._context, candidates, runner_results)
         for candidate, runner_result in zip(candidates, runner_results, strict=True):
             self._remember(candidate.sch, runner_result)
+        self._measured.update(proposal.program_hash for proposal in proposals)
         self._context.notify_runner_results(candidates, runner_results)
 
     def observe(self, proposals: Sequence[Proposal], results: Sequence[MeasureResult]) -> None:
@@ -138,4 +159,5 @@ class EvolutionarySearch:
             candidates.append(MeasureCandidate(sch, self._args_info))
             results.append(_runner_result(result))
             self._remember(sch, results[-1])
+            self._measured.add(program_hash(sch.mod))
         self._cost_model.update(self._context, candidates, results)

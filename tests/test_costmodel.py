@@ -11,7 +11,7 @@ from tvm.s_tir.meta_schedule.database import MemoryDatabase
 from tvm.s_tir.meta_schedule.runner import RunnerResult
 
 from autosched.costmodel import SearchCostModel, XGBCostModel
-from autosched.costmodel.adapter import MIN_FINE_TUNE_SAMPLES
+from autosched.costmodel.adapter import FLOOR, MIN_FINE_TUNE_SAMPLES
 from autosched.costmodel.evaluation import pairwise_accuracy
 from autosched.costmodel.features import PER_STORE_WIDTH, candidate_features
 from autosched.costmodel.xgb import OBJECTIVES
@@ -148,9 +148,33 @@ def test_the_search_gets_seeded_random_scores_until_the_model_is_trained(sampled
     search_model.update(context, candidates[:32], results)
     assert model.trained and model.trained_on == 32
     np.testing.assert_allclose(
-        search_model.predict(context, candidates[32:40]),
+        search_model.scores(context, candidates[32:40]),
         model.predict(candidate_features(context, candidates[32:40])),
     )
+
+
+def test_the_search_hears_scores_scaled_by_the_first_population_after_each_fit(sampled) -> None:
+    # MetaSchedule draws parents in proportion to the scores and counts negative ones as zero;
+    # a ranking model's are of any sign
+    context, candidates = sampled
+    latencies = _latencies(candidate_features(context, candidates))
+    results = [RunnerResult(run_secs=[float(x)], error_msg=None) for x in latencies]
+    search_model = SearchCostModel(XGBCostModel(seed=0, objective="pairwise"), "matmul")
+    search_model.update(context, candidates[:32], results[:32])
+
+    population = candidates[32:]
+    raw = search_model.scores(context, population)
+    heard = search_model.predict(context, population)
+    expected = np.maximum((raw - raw.min()) / (raw.max() - raw.min()), FLOOR)
+    np.testing.assert_allclose(heard, expected, rtol=1e-6)
+    assert heard.max() == pytest.approx(1.0) and heard.min() == FLOOR
+    # the scale holds until the next fit: a program scores the same in any later population
+    np.testing.assert_allclose(search_model.predict(context, population[5:9]), heard[5:9])
+
+    search_model.update(context, candidates[32:40], results[32:40])  # a quarter more: a refit
+    assert search_model.model.trained_on == 40
+    later = search_model.predict(context, population[8:])
+    assert later.max() == pytest.approx(1.0) and later.min() == FLOOR
 
 
 def test_a_shared_model_is_fine_tuned_only_on_enough_of_the_jobs_measurements(sampled) -> None:
@@ -166,7 +190,7 @@ def test_a_shared_model_is_fine_tuned_only_on_enough_of_the_jobs_measurements(sa
     search_model.update(context, candidates[:32], results[:32])
     assert model.trained_on == 0  # still the shared model's predictions
     np.testing.assert_array_equal(
-        search_model.predict(context, candidates[64:72]), shared.predict(features[64:72])
+        search_model.scores(context, candidates[64:72]), shared.predict(features[64:72])
     )
     search_model.update(context, candidates[32:64], results[32:64])
     assert model.trained_on == MIN_FINE_TUNE_SAMPLES == 64

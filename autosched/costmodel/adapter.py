@@ -3,6 +3,16 @@
 The search asks for predictions of the programs it evolves; our tuning loop reports measurements
 through ``update``. Until the model has seen enough successful measurements it answers with
 seeded random scores, as MetaSchedule's own models do.
+
+MetaSchedule reads a score as a predicted fraction of the best throughput: it keeps the
+best-scored programs, draws parents in proportion to their scores, and counts a negative score
+as zero. A ranking model's scores only order programs, and are of any sign: a shared ranking
+model scored 98 to 100% of the sampled programs of a convolution at or below zero, which leaves
+the evolution drawing every parent from the few above it (from the first program when none is).
+So the search hears the model's scores mapped linearly onto [0, 1] over the first population
+scored after each fit (its worst at 0, its best at 1), a map fixed until the next fit so that
+later generations compare with it; a program scored below that population's worst gets a small
+positive score.
 """
 
 from __future__ import annotations
@@ -22,6 +32,9 @@ MIN_TRAINING_SAMPLES = 16
 # leave-workload-out scores got worse than the shared model's own (see benchmarks/README.md).
 MIN_FINE_TUNE_SAMPLES = 64
 RETRAIN_GROWTH = 0.2
+# What the search hears for a program scored below the worst of the population the scale was
+# set on: a parent still, if rarely drawn.
+FLOOR = 1e-3
 
 
 def median_secs(result: RunnerResult) -> float | None:
@@ -46,6 +59,7 @@ class SearchCostModel(PyCostModel):
         self.model = model
         self.group = group
         self._rng = np.random.default_rng(seed)
+        self._scale: tuple[float, float] | None = None  # the worst and best score mapped to 0, 1
 
     def update(
         self,
@@ -65,8 +79,26 @@ class SearchCostModel(PyCostModel):
             self.model.trained_on == 0 or grown >= RETRAIN_GROWTH * self.model.trained_on
         ):
             self.model.fit()
+            self._scale = None
+
+    def scores(self, context: TuneContext, candidates: list[MeasureCandidate]) -> np.ndarray:
+        """The model's own scores of ``candidates`` (higher for faster), as the log records them.
+
+        Raises:
+            RuntimeError: the model is not trained.
+        """
+        return self.model.predict(candidate_features(context, candidates))
 
     def predict(self, context: TuneContext, candidates: list[MeasureCandidate]) -> np.ndarray:
+        """Scores for MetaSchedule: positive, 0 to 1 over the first population scored since the
+        last fit, beyond 1 for programs the model ranks above all of that population."""
         if not self.model.trained:
             return self._rng.uniform(size=len(candidates))
-        return self.model.predict(candidate_features(context, candidates))
+        scores = self.scores(context, candidates)
+        if not len(scores):
+            return scores
+        if self._scale is None:
+            self._scale = (float(scores.min()), float(scores.max()))
+        worst, best = self._scale
+        width = best - worst if best > worst else 1.0
+        return np.maximum((scores - worst) / width, FLOOR)

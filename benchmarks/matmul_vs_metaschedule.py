@@ -4,6 +4,13 @@ For each budget both tuners start from scratch with the same target and batch si
 schedule of each is then re-timed here with one protocol, next to numpy (OpenBLAS), so the
 GFLOP/s figures compare like with like. Wall times are whole tunings, measurement included.
 
+Every contender runs on the physical cores: the script sets ``TVM_NUM_THREADS``, which TVM's
+thread pool reads here and in stock MetaSchedule's runner (left alone it takes half the logical
+CPUs; autosched's measuring processes set it themselves). PyTorch, which
+TVM imports whenever it is installed, is kept out of this process and of MetaSchedule's builder
+and runner processes (with it, a build there takes tens of seconds), as autosched keeps it out
+of its own.
+
     python benchmarks/matmul_vs_metaschedule.py [--size 512] [--trials 64 256] [--seed 0]
 """
 
@@ -11,21 +18,29 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
-import tvm
-from tvm.s_tir import meta_schedule as ms
+import psutil
 
-from autosched.export import best_schedule
-from autosched.log import TuningLog
-from autosched.measure import LocalMeasurer
-from autosched.target import host_target, to_tvm_target
-from autosched.tuner import TuneOptions, tune
-from autosched.workloads import get_workload
+from autosched.torch_guard import keep_torch_out
+
+keep_torch_out()
+os.environ["TVM_NUM_THREADS"] = str(psutil.cpu_count(logical=False) or os.cpu_count() or 1)
+
+import numpy as np  # noqa: E402
+import tvm  # noqa: E402
+from tvm.s_tir import meta_schedule as ms  # noqa: E402
+
+from autosched.export import best_schedule  # noqa: E402
+from autosched.log import TuningLog  # noqa: E402
+from autosched.measure import LocalMeasurer  # noqa: E402
+from autosched.target import host_target, to_tvm_target  # noqa: E402
+from autosched.tuner import TuneOptions, tune  # noqa: E402
+from autosched.workloads import get_workload  # noqa: E402
 
 REPEATS = 20
 
@@ -89,6 +104,15 @@ def run_stock(size: int, trials: int, seed: int, work: Path) -> tuple[float, tvm
     return wall, ms.tir_integration.compile_tir(database, workload.mod, target).mod
 
 
+def keep_torch_out_of_children(site: Path) -> None:
+    """Processes started from now on (MetaSchedule's builders and runners) keep PyTorch out."""
+    (site / "sitecustomize.py").write_text(
+        "from autosched.torch_guard import keep_torch_out\n\nkeep_torch_out()\n"
+    )
+    path = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(site), path]))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", type=int, default=512)
@@ -100,6 +124,8 @@ def main() -> None:
     flops = 2.0 * args.size**3
     target = to_tvm_target(host_target())
     rows = [{"tuner": "numpy", "trials": None, "wall_secs": None, "secs": time_numpy(args.size)}]
+    site = tempfile.TemporaryDirectory()
+    keep_torch_out_of_children(Path(site.name))
     for trials in args.trials:
         for name, runner in (("autosched", run_autosched), ("metaschedule", run_stock)):
             with tempfile.TemporaryDirectory() as work:

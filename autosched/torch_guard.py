@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import importlib
 import importlib.abc
+import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from importlib.machinery import ModuleSpec
+from pathlib import Path
 from types import ModuleType
 
 
@@ -42,6 +44,17 @@ def keep_torch_out() -> None:
     PyTorch is loaded already."""
     if "torch" not in sys.modules and _REFUSED not in sys.meta_path:
         sys.meta_path.insert(0, _REFUSED)
+
+
+def torch_free_environment(site: Path, env: Mapping[str, str]) -> dict[str, str]:
+    """``env`` for processes that other code starts (stock MetaSchedule's builders and runners,
+    which import TVM and so PyTorch): ``site`` first on ``PYTHONPATH``, with a ``sitecustomize``
+    written there that keeps PyTorch out of every Python process started with it."""
+    (site / "sitecustomize.py").write_text(
+        "from autosched.torch_guard import keep_torch_out\n\nkeep_torch_out()\n"
+    )
+    path = os.pathsep.join(filter(None, [str(site), env.get("PYTHONPATH")]))
+    return {**env, "PYTHONPATH": path}
 
 
 def import_torch() -> ModuleType:

@@ -4,12 +4,11 @@ For each budget both tuners start from scratch with the same target and batch si
 schedule of each is then re-timed here with one protocol, next to numpy (OpenBLAS), so the
 GFLOP/s figures compare like with like. Wall times are whole tunings, measurement included.
 
-Every contender runs on the physical cores: the script sets ``TVM_NUM_THREADS``, which TVM's
+Every contender runs on the target's cores: the script sets ``TVM_NUM_THREADS``, which TVM's
 thread pool reads here and in stock MetaSchedule's runner (left alone it takes half the logical
-CPUs; autosched's measuring processes set it themselves). PyTorch, which
-TVM imports whenever it is installed, is kept out of this process and of MetaSchedule's builder
-and runner processes (with it, a build there takes tens of seconds), as autosched keeps it out
-of its own.
+CPUs; autosched's measuring processes set it themselves). PyTorch, which TVM imports whenever it
+is installed, is kept out of this process and of MetaSchedule's builder and runner processes
+(with it, a build there takes tens of seconds), as autosched keeps it out of its own.
 
     python benchmarks/matmul_vs_metaschedule.py [--size 512] [--trials 64 256] [--seed 0]
 """
@@ -24,12 +23,9 @@ import tempfile
 import time
 from pathlib import Path
 
-import psutil
-
-from autosched.torch_guard import keep_torch_out
+from autosched.torch_guard import keep_torch_out, torch_free_environment
 
 keep_torch_out()
-os.environ["TVM_NUM_THREADS"] = str(psutil.cpu_count(logical=False) or os.cpu_count() or 1)
 
 import numpy as np  # noqa: E402
 import tvm  # noqa: E402
@@ -104,15 +100,6 @@ def run_stock(size: int, trials: int, seed: int, work: Path) -> tuple[float, tvm
     return wall, ms.tir_integration.compile_tir(database, workload.mod, target).mod
 
 
-def keep_torch_out_of_children(site: Path) -> None:
-    """Processes started from now on (MetaSchedule's builders and runners) keep PyTorch out."""
-    (site / "sitecustomize.py").write_text(
-        "from autosched.torch_guard import keep_torch_out\n\nkeep_torch_out()\n"
-    )
-    path = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(site), path]))
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", type=int, default=512)
@@ -124,8 +111,10 @@ def main() -> None:
     flops = 2.0 * args.size**3
     target = to_tvm_target(host_target())
     rows = [{"tuner": "numpy", "trials": None, "wall_secs": None, "secs": time_numpy(args.size)}]
+    # for this process and the builders and runners it starts from here on
+    os.environ["TVM_NUM_THREADS"] = str(host_target()["num-cores"])
     site = tempfile.TemporaryDirectory()
-    keep_torch_out_of_children(Path(site.name))
+    os.environ.update(torch_free_environment(Path(site.name), os.environ))
     for trials in args.trials:
         for name, runner in (("autosched", run_autosched), ("metaschedule", run_stock)):
             with tempfile.TemporaryDirectory() as work:

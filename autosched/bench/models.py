@@ -46,6 +46,7 @@ from autosched.model.load import Model, load_model
 from autosched.model.tasks import extract_tasks
 from autosched.model.tuning import ModelTuneOptions, ModelTuneReport, TaskOutcome, tune_model
 from autosched.target import device_fingerprint
+from autosched.torch_guard import torch_free_environment
 from autosched.workload import mismatch
 
 MODEL_REPEATS = 10
@@ -313,16 +314,10 @@ class _ModelBench:
         work = self.work / "stock"
         site = work / "site"
         site.mkdir(parents=True)
-        # TVM's builder and runner processes import TVM, which imports PyTorch when it is
-        # installed; this keeps it out of them, as autosched keeps it out of its own.
-        (site / "sitecustomize.py").write_text(
-            "from autosched.torch_guard import keep_torch_out\n\nkeep_torch_out()\n"
-        )
+        env = torch_free_environment(site, os.environ)
         module_json = work / "model.json"
         module_json.write_text(tvm.ir.save_json(self.model.mod))
         library_path = work / "model.so"
-        path = os.environ.get("PYTHONPATH")
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(site), path]))}
         log_path = work / "metaschedule.log"
         with log_path.open("w") as output:
             finished = subprocess.run(

@@ -93,7 +93,7 @@ class EvolutionarySearch:
         self._database_workload = self._database.commit_workload(workload.mod)
         self._args_info = ArgInfo.from_prim_func(workload.func)
         self._target = self._context.target
-        self._learn((record.trace_json, record.result) for record in history)
+        self._learn((r.program_hash, r.trace_json, r.result) for r in history)
         self._context.pre_tuning(
             max_trials=_STRATEGY_TRIAL_CAP,
             num_trials_per_iter=batch_size,
@@ -137,8 +137,10 @@ class EvolutionarySearch:
         self._context.notify_runner_results(candidates, runner_results)
 
     def observe(self, proposals: Sequence[Proposal], results: Sequence[MeasureResult]) -> None:
-        traces = [proposal.trace_json for proposal in proposals]
-        self._learn(zip(traces, results, strict=True))
+        self._learn(
+            (p.program_hash, p.trace_json, result)
+            for p, result in zip(proposals, results, strict=True)
+        )
 
     def _remember(self, sch: Schedule, result: RunnerResult) -> None:
         if result.run_secs:
@@ -147,11 +149,12 @@ class EvolutionarySearch:
             )
             self._database.commit_tuning_record(record)
 
-    def _learn(self, measured: Iterable[tuple[str, MeasureResult]]) -> None:
-        """Replay measured traces: successful ones join the database, all train the cost model."""
+    def _learn(self, measured: Iterable[tuple[str, str, MeasureResult]]) -> None:
+        """Replay measured traces (program hash, trace, result): successful ones join the
+        database, all train the cost model."""
         candidates: list[MeasureCandidate] = []
         results: list[RunnerResult] = []
-        for trace_json, result in measured:
+        for digest, trace_json, result in measured:
             try:
                 sch = apply_trace(self._workload.mod, trace_json)
             except Exception:  # a record from another TVM version may no longer replay
@@ -159,5 +162,5 @@ class EvolutionarySearch:
             candidates.append(MeasureCandidate(sch, self._args_info))
             results.append(_runner_result(result))
             self._remember(sch, results[-1])
-            self._measured.add(program_hash(sch.mod))
+            self._measured.add(digest)
         self._cost_model.update(self._context, candidates, results)

@@ -22,7 +22,8 @@ from autosched.target import host_target, to_tvm_target
 from autosched.workloads import get_workload
 
 SHAPE = ["-p", "M=64", "-p", "N=64", "-p", "K=64"]
-ONE_CORE = ["--target", json.dumps(one_core_target())]  # the tuned fixture's target
+ONE_CORE = ["--target", json.dumps(one_core_target())]
+TUNED = ["matmul", *SHAPE, *ONE_CORE]  # what the tuned fixture tuned, and on which target
 
 
 def _ok(result: CliResult) -> str:
@@ -47,7 +48,7 @@ def tuned(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     of three (the final itself is test_finalists.py's)."""
     work = tmp_path_factory.mktemp("tuned")
     result = autosched(
-        "tune", "matmul", *SHAPE, *ONE_CORE, "--trials", "8", "--batch", "4", "--seed", "1",
+        "tune", *TUNED, "--trials", "8", "--batch", "4", "--seed", "1",
         "--finalists", "3", "--json", cwd=work,
     )  # fmt: skip
     return work, json.loads(result.stdout)
@@ -81,19 +82,7 @@ def test_log_lists_the_tuned_workload(tuned: tuple[Path, dict], cli: Cli) -> Non
 @pytest.mark.slow
 def test_export_tvmscript_loads_and_computes_matmul(tuned: tuple[Path, dict], cli: Cli) -> None:
     work, _ = tuned
-    _ok(
-        cli(
-            "export",
-            "matmul",
-            *SHAPE,
-            *ONE_CORE,
-            "--format",
-            "tvmscript",
-            "-o",
-            "best.py",
-            cwd=work,
-        )
-    )
+    _ok(cli("export", *TUNED, "--format", "tvmscript", "-o", "best.py", cwd=work))
     func = tvm.script.from_source((work / "best.py").read_text())
     run_matmul(tvm.compile(func, target=to_tvm_target(host_target())).jit())
 
@@ -101,19 +90,7 @@ def test_export_tvmscript_loads_and_computes_matmul(tuned: tuple[Path, dict], cl
 @pytest.mark.slow
 def test_export_metaschedule_db_is_used_by_compile_tir(tuned: tuple[Path, dict], cli: Cli) -> None:
     work, _ = tuned
-    _ok(
-        cli(
-            "export",
-            "matmul",
-            *SHAPE,
-            *ONE_CORE,
-            "--format",
-            "metaschedule-db",
-            "-o",
-            "msdb",
-            cwd=work,
-        )
-    )
+    _ok(cli("export", *TUNED, "--format", "metaschedule-db", "-o", "msdb", cwd=work))
     database = ms.database.JSONDatabase(work_dir=str(work / "msdb"))
     workload = get_workload("matmul", {"M": 64, "N": 64, "K": 64})
     target = to_tvm_target(host_target())
@@ -128,19 +105,7 @@ def test_export_library_runs_and_describes_its_signature(
     tuned: tuple[Path, dict], cli: Cli
 ) -> None:
     work, report = tuned
-    _ok(
-        cli(
-            "export",
-            "matmul",
-            *SHAPE,
-            *ONE_CORE,
-            "--format",
-            "library",
-            "-o",
-            "lib/mm.so",
-            cwd=work,
-        )
-    )
+    _ok(cli("export", *TUNED, "--format", "library", "-o", "lib/mm.so", cwd=work))
     run_matmul(tvm.runtime.load_module(str(work / "lib" / "mm.so")))
     sidecar = json.loads((work / "lib" / "mm.json").read_text())
     assert sidecar["function"] == "main"
@@ -203,7 +168,7 @@ def test_export_with_an_unknown_format_or_an_untuned_workload_exits_2(
         (["--format", "metaschedule-db", "-o", "a_file"], "is a file"),
         (["--format", "metaschedule-db", "-o", "a_file/db"], "cannot write a_file/db"),
     ):
-        result = cli("export", "matmul", *SHAPE, *ONE_CORE, *args, cwd=work)
+        result = cli("export", *TUNED, *args, cwd=work)
         assert result.code == 2 and "\n" not in result.err.strip(), result.err
         assert message in result.err, (args, result.err)
     untuned = cli("export", "matmul", "-p", "M=32", "--format", "tvmscript", "-o", "x.py", cwd=work)

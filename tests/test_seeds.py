@@ -40,7 +40,9 @@ class Recorder:
         self.observed += zip((p.program_hash for p in proposals), results, strict=True)
 
 
-def _seed(digest: str, trace_json: str = "[[],[]]", samples: tuple = FOREIGN) -> RecordView:
+def _seed(
+    digest: str, trace_json: str = "[[],[]]", samples: tuple[float, ...] = FOREIGN
+) -> RecordView:
     return RecordView(
         candidate_id=0,
         trace_json=trace_json,

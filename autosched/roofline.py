@@ -96,9 +96,8 @@ def calibrate(target: dict, attempts: int = _ATTEMPTS) -> Calibration:
     """
     if target_kind(target) != "llvm":
         raise UserError("calibrate measures the CPU; use an llvm target")
-    cores = int(canonical_target(target).get("num-cores") or os.cpu_count() or 1)
+    cores, lanes = fma_loop_shape(target)
     theory = cpu_peak(cores)
-    lanes = theory.lanes if theory is not None else 8
     fma = matmul = bandwidth = 0.0
     load: float | None = None
     for _ in range(attempts):
@@ -182,17 +181,28 @@ def _best_secs(run: Callable[[], object]) -> float:
     return min(samples)
 
 
-def _fma_gflops(target: dict, cores: int, lanes: int) -> float:
+def fma_loop_shape(target: dict) -> tuple[int, int]:
+    """The cores (the target's) and float32 vector lanes (this CPU's widest) of ``target``'s FMA
+    loop; 8 lanes where the CPU is not one we know."""
+    cores = int(canonical_target(target).get("num-cores") or os.cpu_count() or 1)
+    theory = cpu_peak(cores)
+    return cores, theory.lanes if theory is not None else 8
+
+
+def fma_loop(cores: int, lanes: int, steps: int) -> tvm.IRModule:
+    """The FMA loop: on each of ``cores`` cores in parallel, independent chains of vector FMAs of
+    ``lanes`` float32 lanes, ``steps`` FMAs per chain; its ``main`` writes each chain's last value
+    to its one argument, of shape (cores, chains, lanes). It does ``fma_loop_flops`` of work."""
     shape = (cores, _FMA_CHAINS, lanes)
 
     @T.prim_func
-    def fma_loop(out: T.Buffer(shape, "float32")):
+    def main(out: T.Buffer(shape, "float32")):
         for core in T.parallel(cores):
             acc = T.decl_buffer((_FMA_CHAINS, lanes), "float32", scope="local")
             for chain in T.unroll(_FMA_CHAINS):
                 for lane in T.vectorized(lanes):
                     acc[chain, lane] = T.Cast("float32", chain + lane) * T.float32(0.001)
-            for _step in range(_FMA_STEPS):
+            for _step in range(steps):
                 for chain in T.unroll(_FMA_CHAINS):
                     for lane in T.vectorized(lanes):
                         acc[chain, lane] = T.fma(
@@ -202,11 +212,24 @@ def _fma_gflops(target: dict, cores: int, lanes: int) -> float:
                 for lane in T.vectorized(lanes):
                     out[core, chain, lane] = acc[chain, lane]
 
-    module = tvm.compile(tvm.IRModule({"main": fma_loop}), target=to_tvm_target(target)).jit()
-    out = tvm.runtime.empty(shape, "float32", tvm.cpu())
+    return tvm.IRModule({"main": main})
+
+
+def fma_loop_flops(cores: int, lanes: int, steps: int) -> int:
+    """The floating-point operations of one call of ``fma_loop(cores, lanes, steps)``."""
+    return 2 * cores * _FMA_CHAINS * lanes * steps
+
+
+def fma_loop_output(cores: int, lanes: int) -> tvm.runtime.Tensor:
+    """An argument for ``fma_loop``'s ``main``."""
+    return tvm.runtime.empty((cores, _FMA_CHAINS, lanes), "float32", tvm.cpu())
+
+
+def _fma_gflops(target: dict, cores: int, lanes: int) -> float:
+    module = tvm.compile(fma_loop(cores, lanes, _FMA_STEPS), target=to_tvm_target(target)).jit()
     timer = module.time_evaluator("main", tvm.cpu(), number=1, repeat=_REPEATS)
-    secs = min(timer(out).results)
-    return float(2 * cores * _FMA_CHAINS * lanes * _FMA_STEPS / secs / 1e9)
+    secs = min(timer(fma_loop_output(cores, lanes)).results)
+    return float(fma_loop_flops(cores, lanes, _FMA_STEPS) / secs / 1e9)
 
 
 def _matmul_gflops() -> float:

@@ -25,7 +25,8 @@ class MeasureConfig:
     ``cold_repeat`` calls instead, each one sample, with the CPU caches flushed before it
     (inputs other than the first, which the kernel before it has just written); a candidate too
     slow for that many in the time of a warm timing (``repeat`` x ``min_repeat_ms``) gets as
-    many as fit, and at least ``repeat``.
+    many as fit, and at least ``repeat``. With ``watch_spells`` (CPU targets), candidates timed
+    while the machine itself ran slow are timed again (``autosched.measure.spells``).
     """
 
     number: int = 1
@@ -33,6 +34,7 @@ class MeasureConfig:
     min_repeat_ms: int = 40
     warmup: int = 1
     cold_repeat: int = 15
+    watch_spells: bool = True
     build_timeout_secs: float = 60.0
     run_timeout_secs: float = 30.0
     builders: int = _physical_cores()

@@ -1,7 +1,8 @@
 """Measuring candidates on this machine: parallel isolated builds, then exclusive isolated timing.
 
 Builds of one batch run in parallel child processes; timing runs afterwards, one candidate at a
-time in its own child, so no build competes with a timed run for the cores.
+time in its own child, so no build competes with a timed run for the cores. On a CPU, candidates
+timed while the machine itself ran slow are timed again (``autosched.measure.spells``).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from autosched.errors import Cancelled
 from autosched.measure.child import ChildDied, ChildProcess, ChildTimeout, Request, RequestFailed
 from autosched.measure.config import MeasureConfig
 from autosched.measure.program import BuildRequest, Built, RoundRequest, RunRequest, VerifyRequest
+from autosched.measure.spells import ControlRequest, SpellWatch
 from autosched.records import ErrorKind, MeasureResult, WorkloadRef
 
 
@@ -105,6 +107,9 @@ class LocalMeasurer:
         for builder in self._all_builders:
             self._builders.put(builder)
         self._runner = ChildProcess(env=_runner_env(target), max_requests=limit, limits=limits)
+        watched = target.get("kind") == "llvm" and self._config.watch_spells
+        self._spells = SpellWatch(self._time_control) if watched else None
+        self._control_fails = False
         for child in [*self._all_builders, self._runner]:
             child.start()
         self._workdir = Path(tempfile.mkdtemp(prefix="autosched-measure-"))
@@ -130,12 +135,29 @@ class LocalMeasurer:
                     lambda item: self._build(workload, item[1], str(item[0])), enumerate(traces)
                 )
             )
+        runnable = [index for index, outcome in enumerate(built) if isinstance(outcome, tuple)]
+
+        def time_candidate(index: int) -> MeasureResult:
+            outcome = built[index]
+            assert isinstance(outcome, tuple)
+            return self._run(workload, traces[index], outcome)
+
+        if self._spells is None:
+            timed = {index: time_candidate(index) for index in runnable}
+        else:
+            timed = self._spells.time(runnable, time_candidate)
         results = [
-            self._run(workload, trace, outcome) if isinstance(outcome, tuple) else outcome
-            for trace, outcome in zip(traces, built, strict=True)
+            timed[index] if isinstance(outcome, tuple) else outcome
+            for index, outcome in enumerate(built)
         ]
         self._keep_fastest(traces, results)
         return results
+
+    @property
+    def spells(self) -> int:
+        """Stretches of candidates this measurer found timed in a slow spell, and timed again
+        (``autosched.measure.spells``; CPU targets only)."""
+        return 0 if self._spells is None else self._spells.spells
 
     def verify(self, workload: WorkloadRef, trace: str, seed: int) -> MeasureResult | None:
         started_at = _now()
@@ -253,6 +275,20 @@ class LocalMeasurer:
         if prepacked:
             self._artifacts[trace] = artifact
         return started_at, built
+
+    def _time_control(self) -> float | None:
+        """One timing of the spell watch's control in the timing process; None where it failed
+        (and, for a control that cannot run here at all, from then on)."""
+        if self._control_fails:
+            return None
+        request = ControlRequest(self._target)
+        try:
+            return self._runner.call(request, self._config.run_timeout_secs)
+        except (ChildTimeout, ChildDied):
+            return None
+        except RequestFailed:
+            self._control_fails = True
+            return None
 
     def _check_cancel(self) -> None:
         if self._cancel.is_set():

@@ -1,0 +1,125 @@
+"""Slow spells: candidates timed while the machine ran slow are timed again, by a control program
+timed between them."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import pytest
+
+from autosched.measure import LocalMeasurer, MeasureConfig
+from autosched.measure.spells import CONTROL_EVERY, RETIMES, SLOW_SPELL, SpellWatch
+from autosched.records import ErrorKind, MeasureResult
+from autosched.schedule import BASELINE_TRACE
+from autosched.target import host_target
+from autosched.workloads import get_workload
+
+
+def _scripted(values: list[float | None]) -> Iterator[float | None]:
+    yield from values
+    while True:  # quiet from then on
+        yield 1.0
+
+
+class _Timings:
+    """Times candidate ``i`` as ``base[i]`` times the slowdown of the moment (``slow``)."""
+
+    def __init__(self, base: dict[int, float]) -> None:
+        self.base = base
+        self.slow = 1.0
+        self.calls: list[int] = []
+
+    def __call__(self, index: int) -> MeasureResult:
+        self.calls.append(index)
+        if self.base[index] < 0:
+            return MeasureResult(error_kind=ErrorKind.RUN, error_msg="it failed")
+        return MeasureResult(samples=(self.base[index] * self.slow,))
+
+
+def test_candidates_timed_between_quiet_controls_are_timed_once() -> None:
+    controls = _scripted([0.5, 1.0, 1.1, 0.95])  # the first control only warms up
+    watch = SpellWatch(lambda: next(controls))
+    timings = _Timings({i: 1e-3 * (i + 1) for i in range(2 * CONTROL_EVERY)})
+    kept = watch.time(list(timings.base), timings)
+    assert timings.calls == list(timings.base)
+    assert {i: r.median for i, r in kept.items()} == timings.base
+    assert watch.spells == 0
+    assert watch.quiet == 0.95
+
+
+def test_a_stretch_next_to_a_slow_control_is_timed_again_and_its_quiet_timing_kept() -> None:
+    timings = _Timings({i: 1e-3 * (i + 1) for i in range(2 * CONTROL_EVERY)})
+    first, second = list(range(CONTROL_EVERY)), list(range(CONTROL_EVERY, 2 * CONTROL_EVERY))
+    # after a warm-up control, the machine runs at half speed from the first control to the
+    # third: both stretches of the first pass are timed in the spell, the second and third
+    # controls see it
+    controls = iter([(0.5, 1.0), (1.0, 2.0), (2.0, 2.0), (2.0, 1.0)])
+
+    def control() -> float:
+        secs, timings.slow = next(controls, (1.0, 1.0))
+        return secs
+
+    watch = SpellWatch(control)
+    kept = watch.time(first + second, timings)
+    assert timings.calls == first + second + first + second
+    assert {i: r.median for i, r in kept.items()} == timings.base
+    assert watch.spells == 2
+
+
+def test_a_spell_that_never_ends_keeps_each_candidates_fastest_timing() -> None:
+    watch = SpellWatch(lambda: SLOW_SPELL * 2)
+    watch.quiet = 1.0
+    slowdowns = iter([3.0, 2.0, 4.0])
+    timings = _Timings({0: 1e-3, 1: -1.0})
+
+    def slowed(index: int) -> MeasureResult:
+        if index == 0:
+            timings.slow = next(slowdowns)
+        return timings(index)
+
+    kept = watch.time([0, 1], slowed)
+    assert timings.calls == [0, 1, *([0] * RETIMES)]  # a failure is not timed again
+    assert kept[0].median == pytest.approx(2e-3)
+    assert kept[1].error_kind is ErrorKind.RUN
+    assert watch.spells == 1 + RETIMES
+
+
+def test_controls_that_could_not_be_timed_judge_nothing() -> None:
+    watch = SpellWatch(lambda: None)
+    timings = _Timings({0: 1e-3, 1: 2e-3})
+    kept = watch.time([0, 1], timings)
+    assert timings.calls == [0, 1]
+    assert set(kept) == {0, 1}
+    assert watch.spells == 0
+
+
+def _hog_every_core(secs: float) -> list[subprocess.Popen]:
+    spin = f"import time\nend = time.time() + {secs}\nwhile time.time() < end: pass"
+    return [subprocess.Popen([sys.executable, "-c", spin]) for _ in range(os.cpu_count() or 1)]
+
+
+@pytest.mark.slow
+def test_a_local_measurer_times_again_what_it_timed_while_every_core_was_taken() -> None:
+    ref = get_workload("matmul", {"M": 64, "N": 64, "K": 64}).ref
+    config = MeasureConfig(repeat=2, min_repeat_ms=20)
+    measurer = LocalMeasurer(host_target(), config)
+    try:
+        traces = [BASELINE_TRACE] * CONTROL_EVERY
+        quiet = measurer.measure(ref, traces)
+        assert measurer.spells == 0 or all(r.ok for r in quiet)
+        before = measurer.spells
+        hogs = _hog_every_core(1.0)  # about as long as the first timing of the stretch
+        try:
+            slowed = measurer.measure(ref, traces)
+        finally:
+            for hog in hogs:
+                hog.wait()
+        assert measurer.spells > before
+        assert all(r.ok for r in slowed)
+        fastest_quiet = min(r.median for r in quiet if r.median is not None)
+        assert min(r.median for r in slowed if r.median is not None) < 1.5 * fastest_quiet
+    finally:
+        measurer.close()

@@ -155,8 +155,8 @@ class LocalMeasurer:
 
     @property
     def spells(self) -> int:
-        """Stretches of candidates this measurer found timed in a slow spell, and timed again
-        (``autosched.measure.spells``; CPU targets only)."""
+        """Stretches of candidates this measurer found timed in a slow spell, each timed again
+        at most ``spells.RETIMES`` times (``autosched.measure.spells``; CPU targets only)."""
         return 0 if self._spells is None else self._spells.spells
 
     def verify(self, workload: WorkloadRef, trace: str, seed: int) -> MeasureResult | None:

@@ -79,7 +79,7 @@ class SpellWatch:
         kept: dict[int, MeasureResult] = {}
         pending = list(indices)
         if pending and self.quiet == math.inf:
-            self._control()  # the first timing of a process runs slow: it only warms up
+            self._control()  # a fresh timing process runs its first control slow: a warm-up
             self.quiet = math.inf
         for _ in range(1 + RETIMES):
             if not pending:

@@ -12,7 +12,8 @@ fastest control of the measurer's life is the machine at its quiet speed; a cont
 ``SLOW_SPELL`` times that marks the candidates timed next to it as timed in a spell, and they are
 timed again (at most ``RETIMES`` more times), keeping for each the timing between quiet controls,
 else its fastest (a spell only ever slows a program down). A spell that lasts from the measurer's
-first control onwards cannot be told from the machine's own speed.
+first control onwards cannot be told from the machine's own speed, and the control, arithmetic
+alone, does not see contention for the caches and memory.
 """
 
 from __future__ import annotations

@@ -28,13 +28,14 @@ from autosched.measure import LocalMeasurer, MeasureConfig
 from autosched.schedule import trace_to_json
 from autosched.search.space import design_space
 from autosched.target import host_target
+from autosched.workload import Workload
 from autosched.workloads import get_workload
 
 WORKLOAD = ("conv2d_nhwc", {"H": 28, "W": 28, "CI": 64, "CO": 64})
 SLOWER = 1.25
 
 
-def programs(count: int) -> tuple[object, list[str]]:
+def programs(count: int) -> tuple[Workload, list[str]]:
     """The workload and ``count`` distinct programs sampled from its design space (seeded)."""
     workload = get_workload(*WORKLOAD)
     space = design_space(workload, host_target(), seed=0)
@@ -55,7 +56,9 @@ def spell(secs: float) -> None:
         hog.wait()
 
 
-def run(watch: bool, workload, traces: list[str], spell_secs: float, delay: float) -> dict:
+def run(
+    watch: bool, workload: Workload, traces: list[str], spell_secs: float, delay: float
+) -> dict:
     config = MeasureConfig(watch_spells=watch)
     measurer = LocalMeasurer(host_target(), config)
     try:

@@ -18,6 +18,7 @@ alone, does not see contention for the caches and memory.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 from collections.abc import Callable, Sequence
@@ -36,7 +37,8 @@ _CONTROL_STEPS = 20_000  # FMAs per chain of one call of the control: tens of mi
 _CONTROL_MS = 20  # one timing of the control lasts at least this long
 
 _LOG = logging.getLogger(__name__)
-_controls: dict[str, tvm.runtime.Module] = {}
+# per measuring process: the control compiled for a target (by its JSON), and its argument
+_controls: dict[str, tuple[tvm.runtime.Module, tvm.runtime.Tensor]] = {}
 
 
 @dataclass(frozen=True)
@@ -47,12 +49,13 @@ class ControlRequest:
     target: dict
 
     def execute(self) -> float:
-        cores, lanes = fma_loop_shape(self.target)
-        key = f"{cores}x{lanes}"
+        key = json.dumps(self.target, sort_keys=True)
         if key not in _controls:
+            cores, lanes = fma_loop_shape(self.target)
             loop = fma_loop(cores, lanes, _CONTROL_STEPS)
-            _controls[key] = tvm.compile(loop, target=to_tvm_target(self.target)).jit()
-        module, out = _controls[key], fma_loop_output(cores, lanes)
+            module = tvm.compile(loop, target=to_tvm_target(self.target)).jit()
+            _controls[key] = module, fma_loop_output(cores, lanes)
+        module, out = _controls[key]
         module["main"](out)
         timer = module.time_evaluator(
             "main", tvm.cpu(), number=1, repeat=1, min_repeat_ms=_CONTROL_MS
@@ -80,8 +83,7 @@ class SpellWatch:
         kept: dict[int, MeasureResult] = {}
         pending = list(indices)
         if pending and self.quiet == math.inf:
-            self._control()  # a fresh timing process runs its first control slow: a warm-up
-            self.quiet = math.inf
+            self._time_control()  # a fresh timing process runs its first control slow: a warm-up
         for _ in range(1 + RETIMES):
             if not pending:
                 break

@@ -83,6 +83,35 @@ def write_conv_block_pt2(path: Path, *, relu6: bool = False) -> Path:
     return path
 
 
+def write_residual_block_pt2(path: Path) -> Path:
+    """A ResNet basic block on 1x16x12x12, as torch.export saves it: Conv2d(16, 16, 3, padding=1)
+    -> BatchNorm2d -> ReLU -> Conv2d(16, 16, 3, padding=1) -> BatchNorm2d, added to the block's
+    input, -> ReLU; the batch norms' statistics are random."""
+    import torch
+
+    class Block(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv1 = torch.nn.Conv2d(16, 16, 3, padding=1, bias=False)
+            self.norm1 = torch.nn.BatchNorm2d(16)
+            self.conv2 = torch.nn.Conv2d(16, 16, 3, padding=1, bias=False)
+            self.norm2 = torch.nn.BatchNorm2d(16)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            y = torch.relu(self.norm1(self.conv1(x)))
+            return torch.relu(self.norm2(self.conv2(y)) + x)
+
+    torch.manual_seed(0)
+    block = Block()
+    with torch.no_grad():
+        for norm in (block.norm1, block.norm2):
+            norm.running_mean.uniform_(-0.5, 0.5)
+            norm.running_var.uniform_(0.5, 2.0)
+    program = torch.export.export(block.eval(), (torch.randn(1, 16, 12, 12),))
+    torch.export.save(program, str(path))
+    return path
+
+
 def write_gelu_softmax_pt2(path: Path) -> Path:
     """Linear(32, 64) -> GELU -> Linear(64, 64) -> GELU (its tanh form) -> softmax on 8x32, as
     torch.export saves it."""

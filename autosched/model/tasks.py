@@ -1,6 +1,7 @@
 """A model's tuning tasks: its Relax module (made ready for inference as it was loaded, see
 ``autosched.model.load``) legalized and fused as TVM's ``compile_relax`` does (``LegalizeOps``,
-``AnnotateTIROpPattern``, ``FoldConstant``, ``FuseOps``, ``FuseTIR``), on a CPU with its weights
+``AnnotateTIROpPattern``, ``FoldConstant``, ``FuseOps``, ``FuseTIR``), on a CPU with its 3x3
+convolutions as Winograd's (``autosched.model.winograd``) and its weights
 marked layout-free (``AttachAttrLayoutFreeBuffers``, as TVM's ``cpu_weight_prepack`` does: a
 schedule may store a weight in a layout of its own, packed once as the model is built), then
 MetaSchedule's task extraction; each fused PrimFunc becomes a `Workload` of the log, keyed as
@@ -31,6 +32,7 @@ from tvm.s_tir import meta_schedule as ms
 from autosched.admission import COLD_CACHE, FUNCTION_ATTRS, program_json
 from autosched.errors import UserError
 from autosched.model.load import Model
+from autosched.model.winograd import winograd_convolutions
 from autosched.target import to_tvm_target
 from autosched.workload import Workload, workload_from_ir_json
 
@@ -75,8 +77,9 @@ class ModelTask:
 
 def fuse(mod: tvm.IRModule, target: dict) -> tvm.IRModule:
     """``mod`` with its operators legalized into TIR and fused, as ``compile_relax`` fuses them
-    before it applies a database (so the extracted tasks are the kernels it looks up); on a CPU,
-    each kernel's parameters bound to constants are marked ``layout_free_buffers``.
+    before it applies a database (so the extracted tasks are the kernels it looks up). On a CPU,
+    3x3 convolutions are first rewritten as Winograd's (``autosched.model.winograd``), and each
+    kernel's parameters bound to constants are marked ``layout_free_buffers``.
 
     Raises:
         UserError: an operator has no legalization into TIR (named), or a pass fails.
@@ -86,8 +89,10 @@ def fuse(mod: tvm.IRModule, target: dict) -> tvm.IRModule:
         dispatch = relax_pipeline.library_dispatch_passes(tvm_target)
     except (ValueError, AttributeError):
         dispatch = []
-    passes = [
-        *dispatch,
+    passes = [*dispatch]
+    if target["kind"] == "llvm":
+        passes += [relax.transform.FoldConstant(), winograd_convolutions]
+    passes += [
         relax.transform.LegalizeOps(),
         relax.transform.AnnotateTIROpPattern(),
         relax.transform.FoldConstant(),

@@ -251,10 +251,10 @@ class _ModelBench:
         )
         self._step("building with TVM's default schedules; compiling with torch.compile")
         inferences: dict[Contender, tuple[Inference | None, str | None]] = {
-            Contender.AUTOSCHED: (_vm_inference(tuned, self.inputs), None),
+            Contender.AUTOSCHED: (vm_inference(tuned, self.inputs), None),
             Contender.STOCK_TVM: (stock_tvm, stock_note),
             Contender.TVM_UNTUNED: (
-                _vm_inference(compile_untuned(self.model, self.target), self.inputs),
+                vm_inference(compile_untuned(self.model, self.target), self.inputs),
                 None,
             ),
             Contender.PYTORCH_EAGER: (self._eager(), None),
@@ -334,7 +334,7 @@ class _ModelBench:
             check_outputs(self.model, library, self.target)
         except OutputMismatch as error:
             return None, wall_secs, str(error)
-        return _vm_inference(library, self.inputs), wall_secs, None
+        return vm_inference(library, self.inputs), wall_secs, None
 
     def _eager(self) -> Inference:
         module, tensors = self.module, self.tensors
@@ -406,7 +406,7 @@ class _ModelBench:
         return None
 
 
-def _vm_inference(
+def vm_inference(
     executable: relax.VMExecutable | tvm.runtime.Module, inputs: Sequence[np.ndarray]
 ) -> Inference:
     """A Relax VM's ``main`` on ``inputs`` held on the CPU."""

@@ -15,10 +15,11 @@ its own:
    (a TE program marked as fusable as the convolution was, so its bias, residual add and
    activation fuse into it).
 
-The transforms are separable: each is two passes of 1-d transforms, rows then columns. The
-matrices are exact in float32 (the interpolation points 0, +-1, +-2 and infinity); the error they
-add is of the order of the float32 rounding of the ``(m + 2)^2``-term sums, checked against the
-direct convolution by the tests and by every model's output check.
+The transforms are separable: each is two passes of 1-d transforms, rows then columns. With the
+interpolation points 0, +-1, +-2 and infinity, ``B^T`` and ``A^T`` are small integers, exact in
+float32; the kernel is transformed in float64 and rounded once. The error added is of the order of
+the float32 rounding of the transforms' sums, checked against the direct convolution by the tests
+and by every model's output check.
 """
 
 from __future__ import annotations
@@ -100,9 +101,6 @@ def winograd_convolutions(mod: tvm.IRModule, _context: tvm.transform.PassContext
 @relax.expr_functor.mutator
 class _Rewriter(relax.PyExprMutator):
     """`winograd_convolutions`' mutator: the new kernels join the module through its builder."""
-
-    def __init__(self, mod: tvm.IRModule) -> None:
-        super().__init__(mod)
 
     def visit_call_(self, call: relax.Call) -> relax.Expr:
         call = super().visit_call_(call)

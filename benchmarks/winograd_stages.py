@@ -1,16 +1,15 @@
 """Benchmark: a 3x3 convolution (with its bias and ReLU) of each ResNet stage as a one-layer model,
-tuned and built with its convolution direct, as Winograd's F(2x2, 3x3) and as F(4x4, 3x3), then
-all timed in one process, round after round.
+tuned and built with its convolution direct and as Winograd's F(4x4, 3x3), then both timed in one
+process, round after round.
 
 Each arm tunes the same PyTorch layer (exported, imported by the model loader as `autosched tune
-MODEL.pt2` imports it) with ``--trials`` trials in a throw-away log of its own; the arm decides
-what the rewrite's `choose_algorithm` would have chosen. Per stage and arm the table gives the
-built layer's median latency (and its fastest and slowest repeat) in each round, the estimate of
-the tuning (the tasks' cold latencies summed) and the best of each task; ``*`` marks the arm that
-`choose_algorithm` takes.
+MODEL.pt2` imports it) with ``--trials`` trials in a throw-away log of its own; the direct arm
+fuses the model with the Winograd rewrite taken out. Per stage and arm the table gives the built
+layer's median latency (and its fastest and slowest repeat) in each round, the estimate of the
+tuning (the tasks' cold latencies summed) and the best of each task.
 
     python benchmarks/winograd_stages.py [--trials 128] [--stages 56x64,28x128,14x256,7x512]
-                                         [--arms direct,F2,F4] [--rounds 2] [--json]
+                                         [--rounds 2] [--json]
 """
 
 from __future__ import annotations
@@ -22,8 +21,9 @@ import time
 from pathlib import Path
 
 import torch
+import tvm
 
-import autosched.model.winograd as winograd
+import autosched.model.tasks as model_tasks
 from autosched.bench.models import MODEL_REPEATS, cpu_name, use_threads, vm_inference
 from autosched.bench.timing import time_repeats
 from autosched.log import TuningLog
@@ -34,7 +34,7 @@ from autosched.model.tasks import extract_tasks
 from autosched.model.tuning import ModelTuneOptions, tune_model
 from autosched.target import host_target
 
-ARMS: dict[str, winograd.Algorithm | None] = {"direct": None, "F2": winograd.F2, "F4": winograd.F4}
+ARMS = {"direct": tvm.transform.Sequential([]), "winograd": model_tasks.winograd_convolutions}
 
 
 def layer(side: int, channels: int, path: Path) -> Path:
@@ -50,7 +50,6 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=128)
     parser.add_argument("--stages", default="56x64,28x128,14x256,7x512", help="SIDExCHANNELS,...")
-    parser.add_argument("--arms", default=",".join(ARMS), help="among direct, F2, F4")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
@@ -58,16 +57,13 @@ def main() -> None:
     use_threads(target["num-cores"])
     work = Path(tempfile.mkdtemp(prefix="winograd-stages-"))
     rows = []
-    choose = winograd.choose_algorithm
     for stage in args.stages.split(","):
         side, channels = (int(n) for n in stage.split("x"))
         model = load_model(layer(side, channels, work / f"{stage}.pt2"))
         inputs = random_model_inputs(model.inputs)
-        chosen = choose(side, side)
         built = {}
-        for arm in args.arms.split(","):
-            algorithm = ARMS[arm]
-            winograd.choose_algorithm = lambda *_, algorithm=algorithm: algorithm
+        for arm, rewrite in ARMS.items():
+            model_tasks.winograd_convolutions = rewrite
             log = TuningLog(f"sqlite:///{work / f'{arm}-{stage}.db'}")
             tasks = extract_tasks(model, target)
             measurer = LocalMeasurer(target)
@@ -80,12 +76,8 @@ def main() -> None:
                 measurer.close()
             tune_secs = time.perf_counter() - started
             executable = compile_model(model, best_schedules(log, tasks, target), target)
-            built[arm + ("*" if ARMS[arm] is chosen else "")] = (
-                vm_inference(executable, inputs),
-                report,
-                tune_secs,
-            )
-        winograd.choose_algorithm = choose
+            built[arm] = (vm_inference(executable, inputs), report, tune_secs)
+        model_tasks.winograd_convolutions = ARMS["winograd"]
         for round_ in range(args.rounds):
             for arm, (inference, report, tune_secs) in built.items():
                 timing = time_repeats(inference, MODEL_REPEATS)

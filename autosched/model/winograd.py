@@ -1,8 +1,7 @@
 """Winograd's minimal filtering for a model's 3x3 convolutions: ``F(m x m, 3 x 3)`` computes each
 ``m x m`` tile of the output from an ``(m + 2) x (m + 2)`` tile of the input with ``(m + 2)^2``
 products per channel pair where the direct convolution takes ``9 m^2`` (Lavin and Gray, "Fast
-Algorithms for Convolutional Neural Networks", 2015): ``F(4x4, 3x3)`` multiplies 4x fewer,
-``F(2x2, 3x3)`` 2.25x fewer.
+Algorithms for Convolutional Neural Networks", 2015): ``F(4x4, 3x3)`` multiplies 4x fewer.
 
 `winograd_convolutions` rewrites every channels-last 3x3 convolution of stride 1, no dilation and
 one group whose kernel is a constant as three operators, each a kernel that MetaSchedule tunes on
@@ -16,11 +15,6 @@ its own:
    (a TE program marked as fusable as the convolution was, so its bias, residual add and
    activation fuse into it).
 
-Which of ``F(4x4, 3x3)``, ``F(2x2, 3x3)`` and the direct convolution a layer gets is estimated
-from the roofline of its products (`choose_algorithm`): the transformed kernel holds
-``(m + 2)^2 / 9`` times the kernel's bytes, which a small image of many channels reads for little
-work.
-
 The transforms are separable: each is two passes of 1-d transforms, rows then columns. With the
 interpolation points 0, +-1, +-2 and infinity, ``B^T`` and ``A^T`` are small integers, exact in
 float32; the kernel is transformed in float64 and rounded once. The error added is of the order of
@@ -30,128 +24,72 @@ and by every model's output check.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 import tvm
 from tvm import relax, te
 
 from autosched.model.prepare import static_shape
 
-
-@dataclass(frozen=True)
-class Algorithm:
-    """Winograd's ``F(m x m, 3 x 3)``: its output tile's side ``m`` and its matrices ``B^T``
-    (``alpha x alpha``), ``G`` (``alpha x 3``) and ``A^T`` (``m x alpha``), ``alpha = m + 2``."""
-
-    tile: int
-    input_transform: np.ndarray
-    kernel_transform: np.ndarray
-    output_transform: np.ndarray
-
-    @property
-    def alpha(self) -> int:
-        """The side of an input tile and of its transform."""
-        return self.tile + 2
-
-
-# Lavin and Gray's F(2x2, 3x3): points 0, 1, -1 and infinity.
-F2 = Algorithm(
-    tile=2,
-    input_transform=np.array(
-        [[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]], dtype=np.float64
-    ),
-    kernel_transform=np.array(
-        [[1, 0, 0], [1 / 2, 1 / 2, 1 / 2], [1 / 2, -1 / 2, 1 / 2], [0, 0, 1]], dtype=np.float64
-    ),
-    output_transform=np.array([[1, 1, 1, 0], [0, 1, -1, -1]], dtype=np.float64),
-)
+TILE = 4
+"""``m``: the side of the output tile each transform computes (``F(4x4, 3x3)``)."""
 
 # Lavin and Gray's F(4x4, 3x3): points 0, 1, -1, 2, -2 and infinity.
-F4 = Algorithm(
-    tile=4,
-    input_transform=np.array(
-        [
-            [4, 0, -5, 0, 1, 0],
-            [0, -4, -4, 1, 1, 0],
-            [0, 4, -4, -1, 1, 0],
-            [0, -2, -1, 2, 1, 0],
-            [0, 2, -1, -2, 1, 0],
-            [0, 4, 0, -5, 0, 1],
-        ],
-        dtype=np.float64,
-    ),
-    kernel_transform=np.array(
-        [
-            [1 / 4, 0, 0],
-            [-1 / 6, -1 / 6, -1 / 6],
-            [-1 / 6, 1 / 6, -1 / 6],
-            [1 / 24, 1 / 12, 1 / 6],
-            [1 / 24, -1 / 12, 1 / 6],
-            [0, 0, 1],
-        ],
-        dtype=np.float64,
-    ),
-    output_transform=np.array(
-        [
-            [1, 1, 1, 1, 1, 0],
-            [0, 1, -1, 2, -2, 0],
-            [0, 1, 1, 4, 4, 0],
-            [0, 1, -1, 8, -8, 1],
-        ],
-        dtype=np.float64,
-    ),
+INPUT_TRANSFORM = np.array(
+    [
+        [4, 0, -5, 0, 1, 0],
+        [0, -4, -4, 1, 1, 0],
+        [0, 4, -4, -1, 1, 0],
+        [0, -2, -1, 2, 1, 0],
+        [0, 2, -1, -2, 1, 0],
+        [0, 4, 0, -5, 0, 1],
+    ],
+    dtype=np.float64,
 )
+KERNEL_TRANSFORM = np.array(
+    [
+        [1 / 4, 0, 0],
+        [-1 / 6, -1 / 6, -1 / 6],
+        [-1 / 6, 1 / 6, -1 / 6],
+        [1 / 24, 1 / 12, 1 / 6],
+        [1 / 24, -1 / 12, 1 / 6],
+        [0, 0, 1],
+    ],
+    dtype=np.float64,
+)
+OUTPUT_TRANSFORM = np.array(
+    [
+        [1, 1, 1, 1, 1, 0],
+        [0, 1, -1, 2, -2, 0],
+        [0, 1, 1, 4, 4, 0],
+        [0, 1, -1, 8, -8, 1],
+    ],
+    dtype=np.float64,
+)
+ALPHA = TILE + 2
+"""The side of an input tile and of its transform."""
 
 MIN_CHANNELS = 16
 """The fewest input and output channels of a convolution rewritten: the batch matmul reduces
 over the input channels and vectorizes along the output channels, and fewer than a vector's
 worth leave its transforms to dominate."""
 
-MACHINE_BALANCE = 8
-"""The flops a CPU does in the time it reads one byte from memory, about: 2 cores of 2 FMA units
-of 8 float32 lanes at 3 GHz (192 GFLOP/s) against about 25 GB/s on the 2-core machines measured.
-A product that does fewer flops per byte of its weights waits on memory."""
-
 # relax's op pattern kinds (``tvm/relax/transform``: kOutEWiseFusable, kOpaque)
 _FUSABLE_LIKE_A_CONVOLUTION = 4
 _OPAQUE = 8
 
 
-def transformed_kernel(kernel: np.ndarray, algorithm: Algorithm) -> np.ndarray:
-    """``U[a * alpha + b, i, o] = (G g[:, :, i, o] G^T)[a, b]`` of an HWIO 3x3 kernel ``g``, in
-    its dtype."""
-    g = algorithm.kernel_transform
+def transformed_kernel(kernel: np.ndarray) -> np.ndarray:
+    """``U[a * ALPHA + b, i, o] = (G g[:, :, i, o] G^T)[a, b]`` of an HWIO 3x3 kernel ``g``, in its
+    dtype."""
+    g = KERNEL_TRANSFORM
     transformed = np.einsum("ak,klio,bl->abio", g, kernel.astype(np.float64), g)
-    return transformed.reshape(algorithm.alpha**2, *kernel.shape[2:]).astype(kernel.dtype)
-
-
-def choose_algorithm(out_height: int, out_width: int, batch: int = 1) -> Algorithm | None:
-    """The algorithm for a 3x3 convolution with this output, or None where the direct
-    convolution is estimated faster.
-
-    Each is costed by the roofline of its products, per pair of channels: the direct convolution
-    has 9 weights there and does ``2 H W`` flops with each, ``F(m x m, 3 x 3)`` has ``alpha^2``
-    and does ``2 x tiles``; a weight costs the larger of its flops and the flops the CPU could
-    do while it reads the weight's 4 bytes (`MACHINE_BALANCE`). With few tiles (a small image of
-    many channels) the transformed kernel is read for little work: at 7x7, ``F(4x4, 3x3)``
-    reads 4x the kernel's bytes for 4 tiles, ``F(2x2, 3x3)`` 1.8x for 16. Ties go to the larger
-    tile.
-    """
-    floor = 4 * MACHINE_BALANCE
-    direct = (9 * max(2 * batch * out_height * out_width, floor), 0, None)
-    costs: list[tuple[int, int, Algorithm | None]] = [direct]
-    for algorithm in (F4, F2):
-        count = batch * -(-out_height // algorithm.tile) * -(-out_width // algorithm.tile)
-        costs.append((algorithm.alpha**2 * max(2 * count, floor), -algorithm.tile, algorithm))
-    return min(costs, key=lambda cost: cost[:2])[2]
+    return transformed.reshape(ALPHA * ALPHA, *kernel.shape[2:]).astype(kernel.dtype)
 
 
 @tvm.transform.module_pass(opt_level=0, name="WinogradConvolutions")
 def winograd_convolutions(mod: tvm.IRModule, _context: tvm.transform.PassContext) -> tvm.IRModule:
     """Every channels-last 3x3 convolution of stride 1 with a constant kernel as Winograd's
-    ``F(4x4, 3x3)`` or ``F(2x2, 3x3)``, where `choose_algorithm` finds either faster than the
-    direct one: input transform, batch matmul with the transformed kernel, output transform.
+    ``F(4x4, 3x3)``: input transform, batch matmul with the transformed kernel, output transform.
     Run it after ``FoldConstant``, so that kernels bound to constants are constants."""
     rewriter = _Rewriter(mod)
     for var, func in mod.functions_items():
@@ -172,14 +110,10 @@ class _Rewriter(relax.PyExprMutator):
         batch, height, width, _ = static_shape(data)
         top, left, bottom, right = (int(pad) for pad in call.attrs.padding)
         out_height, out_width = height + top + bottom - 2, width + left + right - 2
-        algorithm = choose_algorithm(out_height, out_width, batch)
-        if algorithm is None:
-            return call
-        m = algorithm.tile
-        tiles = (batch, -(-out_height // m), -(-out_width // m))
-        transformed = relax.const(transformed_kernel(kernel.value.numpy(), algorithm))
-        coefficients = relax.const(algorithm.input_transform.astype(str(data.ty.dtype)))
-        inverse = relax.const(algorithm.output_transform.astype(str(data.ty.dtype)))
+        tiles = (batch, -(-out_height // TILE), -(-out_width // TILE))
+        transformed = relax.const(transformed_kernel(kernel.value.numpy()))
+        coefficients = relax.const(INPUT_TRANSFORM.astype(str(data.ty.dtype)))
+        inverse = relax.const(OUTPUT_TRANSFORM.astype(str(data.ty.dtype)))
         builder = self.builder_
         tiles_in = builder.emit(
             builder.call_te(
@@ -232,10 +166,8 @@ def _applies(call: relax.Call) -> bool:
 def _input_transform(
     data: te.Tensor, bt: te.Tensor, tiles: tuple[int, int, int], pads: tuple[int, int]
 ) -> te.Tensor:
-    """``V[a * alpha + b, p, c] = (B^T d B)[a, b]`` of the tile ``d`` of tile number ``p``: rows
+    """``V[a * ALPHA + b, p, c] = (B^T d B)[a, b]`` of the tile ``d`` of tile number ``p``: rows
     first, then columns."""
-    alpha = int(bt.shape[0])
-    step = alpha - 2  # m: the tiles overlap by two rows and columns
     batch, rows, cols = tiles
     count = batch * rows * cols
     height, width, channels = (int(dim) for dim in data.shape[1:])
@@ -243,21 +175,21 @@ def _input_transform(
 
     def pixel(p: tvm.tirx.PrimExpr, y: tvm.tirx.PrimExpr, x: tvm.tirx.PrimExpr, c):
         n, tile = p // (rows * cols), p % (rows * cols)
-        h = tile // cols * step + y - top
-        w = tile % cols * step + x - left
+        h = tile // cols * TILE + y - top
+        w = tile % cols * TILE + x - left
         inside = tvm.tirx.all(h >= 0, h < height, w >= 0, w < width)
         return tvm.tirx.if_then_else(inside, data[n, h, w, c], tvm.tirx.const(0, data.dtype))
 
-    r = te.reduce_axis((0, alpha), name="r")
+    r = te.reduce_axis((0, ALPHA), name="r")
     by_rows = te.compute(
-        (alpha, alpha, count, channels),
+        (ALPHA, ALPHA, count, channels),
         lambda a, x, p, c: te.sum(bt[a, r] * pixel(p, r, x, c), axis=r),
         name="by_rows",
     )
-    s = te.reduce_axis((0, alpha), name="s")
+    s = te.reduce_axis((0, ALPHA), name="s")
     return te.compute(
-        (alpha * alpha, count, channels),
-        lambda k, p, c: te.sum(by_rows[k // alpha, s, p, c] * bt[k % alpha, s], axis=s),
+        (ALPHA * ALPHA, count, channels),
+        lambda k, p, c: te.sum(by_rows[k // ALPHA, s, p, c] * bt[k % ALPHA, s], axis=s),
         name="tiles_in",
     )
 
@@ -270,22 +202,21 @@ def _output_transform(
 ) -> te.Tensor:
     """``Y[n, h, w, o] = (A^T M A)[h % m, w % m]`` of the products ``M`` of the tile holding
     ``(h, w)``: rows first, then columns."""
-    m, alpha = (int(dim) for dim in at.shape)
     _, rows, cols = tiles
     count, channels = (int(dim) for dim in products.shape[1:])
-    a = te.reduce_axis((0, alpha), name="a")
+    a = te.reduce_axis((0, ALPHA), name="a")
     by_rows = te.compute(
-        (m, alpha, count, channels),
-        lambda u, b, p, o: te.sum(at[u, a] * products[a * alpha + b, p, o], axis=a),
+        (TILE, ALPHA, count, channels),
+        lambda u, b, p, o: te.sum(at[u, a] * products[a * ALPHA + b, p, o], axis=a),
         name="by_rows",
     )
-    b = te.reduce_axis((0, alpha), name="b")
+    b = te.reduce_axis((0, ALPHA), name="b")
 
     def tile(n, h, w):
-        return (n * rows + h // m) * cols + w // m
+        return (n * rows + h // TILE) * cols + w // TILE
 
     return te.compute(
         (*shape, channels),
-        lambda n, h, w, o: te.sum(by_rows[h % m, b, tile(n, h, w), o] * at[w % m, b], axis=b),
+        lambda n, h, w, o: te.sum(by_rows[h % TILE, b, tile(n, h, w), o] * at[w % TILE, b], axis=b),
         name="tiles_out",
     )

@@ -12,9 +12,8 @@ with its seeded weights, so its tasks are the ones that run tuned.
 
 Per function the VM calls (the kernels, and its builtins: allocations, reshapes): calls per run,
 median microseconds per run inside the model (all its calls), the tuning's best latency times the
-calls, and their ratio. The instrument's own cost (a Python call
-before and after each kernel) falls between the calls, so it inflates the model's instrumented
-time, not the kernels'.
+calls, and their ratio. The instrument's own cost (a Python call before and after each kernel)
+falls between the calls, so it inflates the model's instrumented time, not the kernels'.
 """
 
 from __future__ import annotations
@@ -44,8 +43,8 @@ from autosched.target import host_target
 def kernel_times(
     executable: relax.VMExecutable, inputs: list, runs: int
 ) -> tuple[dict[str, list[float]], dict[str, int], list[float]]:
-    """Per kernel symbol, the seconds each run spent in its calls; its calls per run; and each
-    instrumented run's wall seconds."""
+    """Per function the VM calls, the seconds each run spent in its calls; its calls per run; and
+    each instrumented run's wall seconds."""
     device = tvm.cpu()
     vm = relax.VirtualMachine(executable, device)
     arguments = [tvm.runtime.tensor(array, device) for array in inputs]
@@ -66,7 +65,6 @@ def kernel_times(
     vm["main"](*arguments)  # warm-up
     per_run: dict[str, list[float]] = defaultdict(list)
     walls = []
-    calls_per_run: dict[str, int] = {}
     for _ in range(runs):
         spent.clear()
         calls.clear()
@@ -75,8 +73,7 @@ def kernel_times(
         walls.append(time.perf_counter() - start)
         for symbol, nanos in spent.items():
             per_run[symbol].append(nanos * 1e-9)
-        calls_per_run = dict(calls)
-    return per_run, calls_per_run, walls
+    return per_run, dict(calls), walls
 
 
 def main() -> None:

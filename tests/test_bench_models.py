@@ -1,9 +1,14 @@
 """`autosched bench models`: a tiny run's JSON (every contender timed, both tuners' wall time,
-the figures consistent with each other), and an unknown model name refused in one line."""
+the figures consistent with each other), an unknown model name refused in one line, and the stock
+tuner's child stopped with every process it started."""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -61,3 +66,71 @@ def test_an_unknown_model_is_one_line_and_exit_code_2(cli: Cli) -> None:
     assert result.err.strip().splitlines() == [
         "error: unknown model gpt5; models: mlp, resnet18, bert_layer, mobilenet_v2, convs2s"
     ]
+
+
+# A child that starts a grandchild (as stock MetaSchedule starts its pools), writes
+# the grandchild's pid, then exits with status 3 or, given "wait", sleeps.
+_PARENT_OF_A_SLEEPER = """
+import subprocess, sys
+sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+print(sleeper.pid, flush=True)
+if sys.argv[1] == "wait":
+    sleeper.wait()
+sys.exit(3)
+"""
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, killed and not yet reaped by init, does not)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state not in ("Z", "X")
+
+
+def _gone(pid: int) -> bool:
+    deadline = time.monotonic() + 5
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not _alive(pid)
+
+
+def _sleeper_pid(output: Path) -> int:
+    deadline = time.monotonic() + 10
+    while not output.read_text().strip() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return int(output.read_text().split()[0])
+
+
+def test_a_child_that_exits_takes_the_processes_it_started_with_it(tmp_path: Path) -> None:
+    from autosched.bench.models import run_process_group
+
+    output = tmp_path / "output"
+    with output.open("w") as stream:
+        status = run_process_group(
+            [sys.executable, "-c", _PARENT_OF_A_SLEEPER, "exit"], stream, os.environ
+        )
+    assert status == 3
+    assert _gone(_sleeper_pid(output))
+
+
+def test_an_interrupted_wait_kills_the_child_and_what_it_started(tmp_path: Path) -> None:
+    from autosched.bench.models import run_process_group
+
+    output = tmp_path / "output"
+
+    def interrupt(_signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    signal.setitimer(signal.ITIMER_REAL, 3.0)
+    try:
+        with output.open("w") as stream, pytest.raises(KeyboardInterrupt):
+            run_process_group(
+                [sys.executable, "-c", _PARENT_OF_A_SLEEPER, "wait"], stream, os.environ
+            )
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert _gone(_sleeper_pid(output))

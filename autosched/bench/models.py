@@ -13,17 +13,20 @@ MetaSchedule builder and runner processes are started without PyTorch too.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
 import time
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
+from typing import IO
 
 import numpy as np
 import tvm
@@ -320,14 +323,14 @@ class _ModelBench:
         library_path = work / "model.so"
         log_path = work / "metaschedule.log"
         with log_path.open("w") as output:
-            finished = subprocess.run(
+            returncode = run_process_group(
                 [sys.executable, "-m", "autosched.bench.stock_tvm", str(module_json),
                  str(trials), json.dumps(self.target), str(library_path)],
-                stdout=output, stderr=subprocess.STDOUT, env=env, check=False,
+                output, env,
             )  # fmt: skip
         lines = [line for line in log_path.read_text().splitlines() if line.strip()]
-        if finished.returncode != 0:
-            return None, None, f"stock TVM failed: {lines[-1] if lines else finished.returncode}"
+        if returncode != 0:
+            return None, None, f"stock TVM failed: {lines[-1] if lines else returncode}"
         wall_secs = json.loads(lines[-1])["wall_secs"]
         library = tvm.runtime.load_module(str(library_path))
         try:
@@ -414,6 +417,21 @@ def vm_inference(
     main = relax.VirtualMachine(executable, device)["main"]
     arguments = [tvm.runtime.tensor(array, device) for array in inputs]
     return lambda: main(*arguments)
+
+
+def run_process_group(command: Sequence[str], output: IO[str], env: Mapping[str, str]) -> int:
+    """Run ``command`` in a process group of its own, its output to ``output``, and kill the whole
+    group once it ends or the wait is interrupted: stock MetaSchedule's builder and runner pools
+    are processes of their own, which outlive a child that is stopped. The child's exit status."""
+    child = subprocess.Popen(
+        command, stdout=output, stderr=subprocess.STDOUT, env=env, start_new_session=True
+    )
+    try:
+        return child.wait()
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(child.pid, signal.SIGKILL)
+        child.wait()
 
 
 def _weighted_secs(task: TaskOutcome) -> float:

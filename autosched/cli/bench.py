@@ -5,6 +5,7 @@ TVM, PyTorch and ONNX Runtime)."""
 from __future__ import annotations
 
 import json
+import signal
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -268,6 +269,8 @@ def models(
 
     chosen = zoo_models(names)
     target_json = host_target()
+    # SIGTERM stops the bench as Ctrl-C does, so that the stock tuner's processes go with it.
+    previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
         rows = bench_models(
             chosen,
@@ -282,6 +285,12 @@ def models(
     except OutputMismatch as error:
         _err.print(f"[red]error:[/red] {escape(str(error))}", highlight=False, soft_wrap=True)
         raise typer.Exit(code=1) from None
+    except KeyboardInterrupt:
+        kept = "the tuning log keeps what was measured" if db else "nothing is kept"
+        _err.print(f"stopped; {kept}", highlight=False)
+        raise typer.Exit(code=130) from None
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     if plot is not None:
         plot_rows(rows, plot)
     if as_json:

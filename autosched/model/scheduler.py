@@ -5,9 +5,12 @@ end-to-end latency (the sum over tasks of weight x best latency) the most, as An
 gradient-based task scheduler does: a warm-up round gives every task a first batch; afterwards
 a task's gradient is its weight times a mix of its recent slope (how much its best latency fell
 over the last rounds) and an optimistic forward estimate (one more round improves it as much as
-the average round did so far). A task whose best has not improved for a few rounds has
-stalled, and gets rounds again only once every task has (Ansor ends such tasks instead). Pure
-bookkeeping: nothing here measures or touches the log.
+the average round did so far, where a round that left its best where it was counts
+`STILL_ROUND_WEIGHT` times more). A task whose best stopped falling thus gets fewer rounds than
+one that still improves, yet keeps rounds in proportion to its share of the model's latency: a
+heavy task that the search has not cracked yet is not starved by light ones that improve a
+little (Ansor ends such tasks instead). Pure bookkeeping: nothing here measures or touches the
+log.
 """
 
 from __future__ import annotations
@@ -21,8 +24,9 @@ ALPHA = 0.2
 BACKWARD_WINDOW = 3
 """How many rounds back the observed slope of a task's best latency is taken over."""
 
-STALL_ROUNDS = 3
-"""A task whose best latency did not improve over this many rounds has stalled."""
+STILL_ROUND_WEIGHT = 4
+"""How many rounds each of a task's last rounds that left its best latency where it was counts
+for in the forward estimate's average."""
 
 
 @dataclass
@@ -50,7 +54,9 @@ def gradient(curve: TaskCurve, *, alpha: float = ALPHA, window: int = BACKWARD_W
 
     Backward: the slope of the best latency over the last ``window`` rounds (zero until there
     are that many). Forward: the next round improves the best as much as an average round did,
-    ``best / rounds``. A task that has not run correctly yet has nothing to gain that is known.
+    ``best / rounds``, where each of the last rounds that left the best where it was counts
+    `STILL_ROUND_WEIGHT` times. A task that has not run correctly yet has nothing to gain that
+    is known.
     """
     best = curve.best
     if best is None or curve.rounds == 0:
@@ -59,25 +65,25 @@ def gradient(curve: TaskCurve, *, alpha: float = ALPHA, window: int = BACKWARD_W
     backward = 0.0
     if len(history) > window:
         backward = (history[-1] - history[-1 - window]) / window
-    forward = -best / curve.rounds
+    rounds = curve.rounds + (STILL_ROUND_WEIGHT - 1) * _still_rounds(history)
+    forward = -best / rounds
     return curve.weight * (alpha * backward + (1 - alpha) * forward)
 
 
-def stalled(curve: TaskCurve, *, rounds: int = STALL_ROUNDS) -> bool:
-    """Whether the task's best latency did not improve over its last ``rounds`` rounds."""
-    if curve.rounds <= rounds:
-        return False
-    last, before = curve.best_secs[-1], curve.best_secs[-1 - rounds]
-    return last is None or (before is not None and last >= before)
+def _still_rounds(history: Sequence[float]) -> int:
+    """How many of the last rounds of a best-latency history left it where it was."""
+    still = 0
+    while still + 1 < len(history) and history[-1 - still] >= history[-2 - still]:
+        still += 1
+    return still
 
 
 def next_task(
     curves: Sequence[TaskCurve], *, alpha: float = ALPHA, window: int = BACKWARD_WINDOW
 ) -> int | None:
     """The index of the unfinished task to give the next round: first any task without a round
-    yet (the warm-up), else the one with the most negative `gradient` among those that have not
-    `stalled` (among all unfinished ones once every one has); ties go to the task with the fewest
-    trials, then the first. None when every task is finished.
+    yet (the warm-up), else the one with the most negative `gradient`; ties go to the task with
+    the fewest trials, then the first. None when every task is finished.
     """
     open_tasks = [index for index, curve in enumerate(curves) if not curve.finished]
     for index in open_tasks:
@@ -85,9 +91,8 @@ def next_task(
             return index
     if not open_tasks:
         return None
-    improving = [index for index in open_tasks if not stalled(curves[index])]
     return min(
-        improving or open_tasks,
+        open_tasks,
         key=lambda i: (gradient(curves[i], alpha=alpha, window=window), curves[i].trials, i),
     )
 

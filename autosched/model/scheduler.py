@@ -9,8 +9,7 @@ the average round did so far, where a round that left its best where it was coun
 `STILL_ROUND_WEIGHT` times more). A task whose best stopped falling thus gets fewer rounds than
 one that still improves, yet keeps rounds in proportion to its share of the model's latency: a
 heavy task that the search has not cracked yet is not starved by light ones that improve a
-little (Ansor ends such tasks instead). Pure bookkeeping: nothing here measures or touches the
-log.
+little. Pure bookkeeping: nothing here measures or touches the log.
 """
 
 from __future__ import annotations

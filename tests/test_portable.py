@@ -204,7 +204,7 @@ def test_an_export_selects_by_workload_target_and_time(log: TuningLog, tmp_path:
 
 def _hostile_program() -> str:
     graph = json.loads(program_json(get_workload("softmax", {}).func))
-    (op,) = [i for i, node in enumerate(graph["nodes"]) if node["type"] == "ir.Op"]
+    op = next(i for i, node in enumerate(graph["nodes"]) if node["type"] == "ir.Op")
     graph["nodes"][op]["data"] = "tirx.call_extern"
     return json.dumps(graph)
 

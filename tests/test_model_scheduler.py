@@ -91,9 +91,9 @@ def test_still_finished_and_failing_tasks() -> None:
     assert next_task([still, moving, failing]) == 1
     failing.finished = True
     moving.finished = True
-    assert next_task([still, moving]) == 0
+    assert next_task([still, moving, failing]) == 0
     still.finished = True
-    assert next_task([still, moving]) is None
+    assert next_task([still, moving, failing]) is None
 
 
 def test_the_batch_shrinks_so_the_warm_up_fits_and_the_loop_ends() -> None:

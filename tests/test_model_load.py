@@ -4,6 +4,7 @@ log."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -169,7 +170,7 @@ def test_a_matmul_on_tokens_takes_its_activation_scaling_and_residual_add_as_epi
     assert any("matmul" in name and "fast_erf" in name for name in names), names
     assert any("matmul" in name and "divide" in name for name in names), names
     assert not [name for name in names if "add" in name and "matmul" not in name], names
-    assert sum("matmul" in name and "add_add" in name for name in names) == 2, names
+    assert sum(bool(re.search(r"matmul\d*_add\d*_add", name)) for name in names) == 2, names
     check = check_outputs(model, compile_untuned(model, target), target)
     assert check.reference == "PyTorch eager" and check.max_abs_error < 1e-5
 

@@ -7,6 +7,9 @@ rewrites defined here, each a pass over the module's Relax functions.
 - `matmuls_in_their_batches`: a matmul that PyTorch exported between two reshapes (tokens
   flattened into a matrix, multiplied, unflattened) is computed on the tokens as they are, so
   its bias, activation, residual add or scaling fuse into it.
+- ``FoldConstant``, then `parallel_matmuls_combined` (``autosched.model.parallel``): linear layers
+  that read the same input (a transformer's query, key and value projections) become one matmul
+  by their weights side by side, whose columns they take.
 - `clips_as_bounds`, then ``ConvertLayout`` to `CONV_LAYOUTS`: convolutions run channels-last,
   each ReLU6 fused into the convolution before it.
 - `gelus_written_out`, then ``FastMathTransform``: exponentials, error functions and tangents
@@ -20,11 +23,14 @@ a compiled model is checked against its framework's outputs all the same.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import tvm
 from tvm import relax
-from tvm.relax.dpl import DFPattern, is_op, rewrite_call, wildcard
+from tvm.relax.dpl import is_op, rewrite_call, wildcard
+
+from autosched.model.parallel import parallel_matmuls_combined
+from autosched.model.relax_ir import each_function, rewrite_calls, static_shape
 
 CONV_LAYOUTS = {"relax.nn.conv2d": ["NHWC", "HWIO"]}
 """The layouts a model's 2-d convolutions are tuned and run in: channels-last data (vectors run
@@ -42,6 +48,8 @@ def for_inference() -> tvm.transform.Pass:
             matmuls_in_their_batches,
             relax.transform.RemoveRedundantReshape(),
             relax.transform.DeadCodeElimination(),
+            relax.transform.FoldConstant(),
+            parallel_matmuls_combined,
             clips_as_bounds,
             relax.transform.ConvertLayout(CONV_LAYOUTS),
             gelus_written_out,
@@ -67,7 +75,7 @@ def matmuls_in_their_batches(
     its sum with the bias) that anything else uses as well is left as it is: regrouped, it would
     be computed twice.
     """
-    return _each_function(mod, _matmuls_regrouped)
+    return each_function(mod, _matmuls_regrouped)
 
 
 def _matmuls_regrouped(func: relax.Function) -> relax.Function:
@@ -146,7 +154,7 @@ def clips_as_bounds(mod: tvm.IRModule, _context: tvm.transform.PassContext) -> t
         low, high = (relax.const(number, str(value.ty.dtype)) for number in numbers)
         return relax.op.minimum(relax.op.maximum(value, low), high)
 
-    return _rewrite_calls(mod, pattern, as_bounds)
+    return rewrite_calls(mod, pattern, as_bounds)
 
 
 @tvm.transform.module_pass(opt_level=0, name="GelusWrittenOut")
@@ -177,18 +185,7 @@ def gelus_written_out(mod: tvm.IRModule, _context: tvm.transform.PassContext) ->
         (x,) = call.args
         return formulas[call.op.name](x, relax.const(0.5, str(x.ty.dtype)))
 
-    return _rewrite_calls(mod, pattern, written_out)
-
-
-def static_shape(expr: relax.Expr) -> tuple[int, ...] | None:
-    """The shape of a tensor-valued expression when every dimension of it is a known number."""
-    ty = expr.ty
-    if not isinstance(ty, relax.TensorType) or not isinstance(ty.shape, relax.ShapeExpr):
-        return None
-    dims = ty.shape.values
-    if not all(isinstance(dim, tvm.tirx.IntImm) for dim in dims):
-        return None
-    return tuple(int(dim) for dim in dims)
+    return rewrite_calls(mod, pattern, written_out)
 
 
 def _reshaped(expr: relax.Expr, shape: Sequence[int]) -> relax.Expr:
@@ -196,24 +193,6 @@ def _reshaped(expr: relax.Expr, shape: Sequence[int]) -> relax.Expr:
     if static_shape(expr) == tuple(shape):
         return expr
     return relax.op.reshape(expr, list(shape))
-
-
-def _rewrite_calls(
-    mod: tvm.IRModule, pattern: DFPattern, rewriter: Callable[[relax.Call, dict], relax.Expr]
-) -> tvm.IRModule:
-    """``mod`` with every call of its Relax functions that matches ``pattern`` rewritten."""
-    return _each_function(mod, lambda func: rewrite_call(pattern, rewriter, func))
-
-
-def _each_function(
-    mod: tvm.IRModule, transform: Callable[[relax.Function], relax.Function]
-) -> tvm.IRModule:
-    """``mod`` with ``transform`` applied to each of its Relax functions."""
-    rewritten = mod.clone()
-    for var, func in mod.functions_items():
-        if isinstance(func, relax.Function):
-            rewritten.update_func(var, transform(func))
-    return rewritten
 
 
 def _number(bound: object) -> float | None:

@@ -28,7 +28,7 @@ import numpy as np
 import tvm
 from tvm import relax, te
 
-from autosched.model.prepare import static_shape
+from autosched.model.relax_ir import static_shape
 
 TILE = 4
 """``m``: the side of the output tile each transform computes (``F(4x4, 3x3)``)."""

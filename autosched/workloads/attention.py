@@ -1,6 +1,6 @@
 """Attention workloads: Luong's general score, Bahdanau's additive score, plain scaled dot-product
-attention, and the same computed in chunks of keys with a running max and sum (Rabe and Staats),
-whose memory does not grow with the square of the sequence length.
+attention, and the same computed in chunks of keys whose summaries are combined (Rabe and Staats),
+which a schedule can run without keeping a query's L scores at once.
 """
 
 from __future__ import annotations
@@ -9,10 +9,9 @@ import math
 
 import numpy as np
 from tvm import te, tirx
-from tvm.script import tirx as T
 
 from autosched.errors import UserError
-from autosched.workload import Workload, normalize_func, workload_from_te
+from autosched.workload import Workload, workload_from_te
 from autosched.workloads._common import accumulation_dtype, dtype_param, to_accumulation
 from autosched.workloads._registry import Param, register_workload
 
@@ -217,76 +216,86 @@ def attention_naive(B: int, L: int, D: int, dtype: str) -> Workload:
 
 @register_workload(
     "attention_chunked",
-    "attention_naive computed over chunks of keys with a running max and sum: O(chunk) memory",
+    "attention_naive over chunks of keys: per-chunk max, sum and partial output, then combined",
     *_DOT_PRODUCT_PARAMS,
     Param("chunk", int, 128, "keys per chunk (divides L)"),
     dtype_param(),
 )
 def attention_chunked(B: int, L: int, D: int, chunk: int, dtype: str) -> Workload:
+    """Rabe and Staats's chunked attention: each chunk of ``chunk`` keys is summarised by its
+    scores' max, the sum of their exponentials and the weighted sum of its values; the summaries
+    are then rescaled to the row's max and combined. Every stage is a block MetaSchedule can tile.
+
+    A query's scores are needed one chunk at a time: a schedule that computes a chunk's scores
+    and weights under the loops of its summaries keeps only that chunk alive (TVM compacts a
+    buffer to the region one iteration touches), where attention_naive keeps all L of them. The
+    summaries take ``L / chunk * (D + 2)`` numbers per query.
+    """
     if L % chunk:
         raise UserError(f"attention_chunked: chunk {chunk} does not divide L={L}")
+    acc = accumulation_dtype(dtype)
+    chunks = L // chunk
+    scale = tirx.const(1 / math.sqrt(D), acc)
+    q = te.placeholder((B, L, D), dtype, name="Q")
+    k = te.placeholder((B, L, D), dtype, name="K")
+    v = te.placeholder((B, L, D), dtype, name="V")
+    d = te.reduce_axis((0, D), name="d")
+    # The scale (positive) applies after the max is subtracted, as in _softmax_context.
+    scores = te.compute(
+        (B, L, chunks, chunk),
+        lambda b, i, c, j: te.sum(
+            q[b, i, d].astype(acc) * k[b, c * chunk + j, d].astype(acc), axis=d
+        ),
+        name="chunk_score",
+    )
+    j1 = te.reduce_axis((0, chunk), name="j1")
+    chunk_max = te.compute(
+        (B, L, chunks), lambda b, i, c: te.max(scores[b, i, c, j1], axis=j1), name="chunk_max"
+    )
+    weights = te.compute(
+        (B, L, chunks, chunk),
+        lambda b, i, c, j: te.exp((scores[b, i, c, j] - chunk_max[b, i, c]) * scale),
+        name="chunk_weight",
+    )
+    j2 = te.reduce_axis((0, chunk), name="j2")
+    chunk_sum = te.compute(
+        (B, L, chunks), lambda b, i, c: te.sum(weights[b, i, c, j2], axis=j2), name="chunk_sum"
+    )
+    j3 = te.reduce_axis((0, chunk), name="j3")
+    chunk_out = te.compute(
+        (B, L, chunks, D),
+        lambda b, i, c, e: te.sum(
+            weights[b, i, c, j3] * v[b, c * chunk + j3, e].astype(acc), axis=j3
+        ),
+        name="chunk_out",
+    )
+    c1 = te.reduce_axis((0, chunks), name="c1")
+    row_max = te.compute((B, L), lambda b, i: te.max(chunk_max[b, i, c1], axis=c1), name="row_max")
+    rescale = te.compute(
+        (B, L, chunks),
+        lambda b, i, c: te.exp((chunk_max[b, i, c] - row_max[b, i]) * scale),
+        name="chunk_rescale",
+    )
+    c2 = te.reduce_axis((0, chunks), name="c2")
+    row_sum = te.compute(
+        (B, L),
+        lambda b, i: te.sum(chunk_sum[b, i, c2] * rescale[b, i, c2], axis=c2),
+        name="row_sum",
+    )
+    c3 = te.reduce_axis((0, chunks), name="c3")
+    combined = te.compute(
+        (B, L, D),
+        lambda b, i, e: te.sum(chunk_out[b, i, c3, e] * rescale[b, i, c3], axis=c3),
+        name="combined",
+    )
+    out = te.compute(
+        (B, L, D), lambda b, i, e: (combined[b, i, e] / row_sum[b, i]).astype(dtype), name="O"
+    )
     params: dict[str, object] = {"B": B, "L": L, "D": D, "chunk": chunk, "dtype": dtype}
-    return Workload(
+    return workload_from_te(
         "attention_chunked",
         params,
-        normalize_func(_chunked_attention(B, L, D, chunk, dtype)),
+        [q, k, v, out],
         flops=_dot_product_attention_flops(B, L, D),
-        num_outputs=1,
         reference=_dot_product_attention_reference(dtype),
     )
-
-
-def _chunked_attention(B: int, L: int, D: int, C: int, dtype: str):
-    """One block per query, whose scratch is one chunk of scores and one row of partial output,
-    allocated in the block: O(C + D) memory per query being computed, never L x L. The block
-    reads Q, K and V and writes only its row of Out, so the schedule may parallelise or vectorise
-    over queries.
-
-    For each chunk of ``C`` keys: the scores, their max, then the running sum and the partial
-    output rescaled by ``exp(old max - new max)`` before the chunk's terms are added.
-    """
-    acc = accumulation_dtype(dtype)
-    chunks = L // C
-    scale = 1 / math.sqrt(D)
-
-    @T.prim_func(s_tir=True)
-    def main(
-        Q: T.Buffer((B, L, D), dtype),
-        K: T.Buffer((B, L, D), dtype),
-        V: T.Buffer((B, L, D), dtype),
-        Out: T.Buffer((B, L, D), dtype),
-    ):
-        for b, i in T.grid(B, L):
-            with T.sblock("attention"):
-                vb, vi = T.axis.remap("SS", [b, i])
-                scores = T.sblock_alloc_buffer((C,), acc)
-                partial = T.sblock_alloc_buffer((D,), acc)
-                # the running max and sum, and the max of the chunk at hand
-                state = T.sblock_alloc_buffer((3,), acc)
-                state[0] = T.min_value(acc)
-                state[1] = T.Cast(acc, 0)
-                for d in range(D):
-                    partial[d] = T.Cast(acc, 0)
-                for c in range(chunks):
-                    state[2] = state[0]
-                    for j in range(C):
-                        scores[j] = T.Cast(acc, 0)
-                        for d in range(D):
-                            scores[j] = scores[j] + T.Cast(acc, Q[vb, vi, d]) * T.Cast(
-                                acc, K[vb, c * C + j, d]
-                            )
-                        scores[j] = scores[j] * T.Cast(acc, scale)
-                        state[2] = T.max(state[2], scores[j])
-                    state[1] = state[1] * T.exp(state[0] - state[2])
-                    for d in range(D):
-                        partial[d] = partial[d] * T.exp(state[0] - state[2])
-                    for j in range(C):
-                        scores[j] = T.exp(scores[j] - state[2])
-                        state[1] = state[1] + scores[j]
-                        for d in range(D):
-                            partial[d] = partial[d] + scores[j] * T.Cast(acc, V[vb, c * C + j, d])
-                    state[0] = state[2]
-                for d in range(D):
-                    Out[vb, vi, d] = T.Cast(dtype, partial[d] / state[1])
-
-    return main

@@ -165,7 +165,7 @@ def submit(
             "inputs": model_input or [],
             "target": target.strip(),
             "trials": trials,
-            "batch_size": batch or 16,
+            "batch_size": batch or 64,
             "seed": seed,
             "strategy": strategy,
         }

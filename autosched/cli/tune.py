@@ -77,7 +77,7 @@ def tune(
         typer.Option(
             min=1,
             max=4096,
-            help="Candidates per batch [64]; of a model, the trials of a task's round [16].",
+            help="Candidates per batch; of a model, the trials of a task's round [64].",
         ),
     ] = None,
     seed: Annotated[int | None, typer.Option(help="Seed for a reproducible search.")] = None,
@@ -121,7 +121,7 @@ def tune(
         if param or file is not None:
             raise UserError("-p and --file describe a workload; a model file takes --input")
         model_options = ModelTuneOptions(
-            trials=trials, batch_size=batch or 16, seed=seed, strategy=strategy, warm=not cold
+            trials=trials, batch_size=batch or 64, seed=seed, strategy=strategy, warm=not cold
         )
         tune_model_file(Path(workload), model_input or [], target, model_options, db, as_json)
         return

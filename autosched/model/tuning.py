@@ -48,7 +48,7 @@ class ModelTuneOptions:
     search's seed, strategy and whether it starts from the shared cost model (``warm``)."""
 
     trials: int = 64
-    batch_size: int = 16
+    batch_size: int = 64
     seed: int | None = None
     strategy: str = DEFAULT_STRATEGY
     warm: bool = True

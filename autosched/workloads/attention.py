@@ -229,7 +229,8 @@ def attention_chunked(B: int, L: int, D: int, chunk: int, dtype: str) -> Workloa
     A query's scores are needed one chunk at a time: a schedule that computes a chunk's scores
     and weights under the loops of its summaries keeps only that chunk alive (TVM compacts a
     buffer to the region one iteration touches), where attention_naive keeps all L of them. The
-    summaries take ``L / chunk * (D + 2)`` numbers per query.
+    summaries take ``L / chunk * (D + 2)`` numbers per query. The search chooses on time alone,
+    and may compute every stage at the root, with all the scores in memory at once.
     """
     if L % chunk:
         raise UserError(f"attention_chunked: chunk {chunk} does not divide L={L}")

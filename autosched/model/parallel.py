@@ -24,12 +24,13 @@ from autosched.model.relax_ir import each_function, static_shape
 @dataclass(frozen=True)
 class _Branch:
     """One linear layer of a group: its matmul's binding, the binding of its bias add (None
-    without a bias), its weight (K, N) and its bias (N,)."""
+    without a bias), its constant weight of ``shape`` (K, N) and its constant bias (N,)."""
 
     matmul: relax.Var
     added: relax.Var | None
-    weight: np.ndarray
-    bias: np.ndarray | None
+    weight: relax.Expr
+    shape: tuple[int, ...]
+    bias: relax.Expr | None
 
     @property
     def result(self) -> relax.Var:
@@ -75,7 +76,7 @@ def _groups(block: relax.DataflowBlock) -> list[list[_Branch]]:
         if branch is None:
             continue
         x = binding.value.args[0]
-        key = (x, branch.weight.shape[0], branch.weight.dtype, branch.bias is None)
+        key = (x, branch.shape[0], str(branch.weight.ty.dtype), branch.bias is None)
         groups.setdefault(key, []).append(branch)
     return [group for group in groups.values() if len(group) > 1]
 
@@ -96,33 +97,34 @@ def _branch(
     x, weight = value.args
     if not isinstance(x, relax.Var) or not isinstance(weight, tvm.ir.expr.Constant):
         return None
-    array = weight.value.numpy()
-    x_shape = static_shape(x)
-    if array.ndim != 2 or x_shape is None or len(x_shape) < 2 or x_shape[-1] != array.shape[0]:
+    shape, x_shape = static_shape(weight), static_shape(x)
+    if None in (shape, x_shape) or len(shape) != 2 or len(x_shape) < 2 or x_shape[-1] != shape[0]:
         return None
+    dtype = str(weight.ty.dtype)
     out_dtype = value.attrs.out_dtype
-    if out_dtype is not None and str(out_dtype) not in ("", "void", str(array.dtype)):
+    if out_dtype is not None and str(out_dtype) not in ("", "void", dtype):
         return None
     used_by = list(users.get(binding.var, []))
     if len(used_by) == 1 and isinstance(used_by[0], relax.DataflowVar):
-        bias = _bias(values.get(used_by[0]), binding.var, array)
+        bias = _bias(values.get(used_by[0]), binding.var, (shape[1],), dtype)
         if bias is not None:
-            return _Branch(binding.var, used_by[0], array, bias)
-    return _Branch(binding.var, None, array, None)
+            return _Branch(binding.var, used_by[0], weight, shape, bias)
+    return _Branch(binding.var, None, weight, shape, None)
 
 
-def _bias(value: relax.Expr | None, product: relax.Var, weight: np.ndarray) -> np.ndarray | None:
-    """The constant ``(N,)`` bias when ``value`` adds one to ``product``."""
+def _bias(
+    value: relax.Expr | None, product: relax.Var, shape: tuple[int, ...], dtype: str
+) -> relax.Expr | None:
+    """The constant bias of ``shape`` and ``dtype`` when ``value`` adds one to ``product``."""
     if not _is_call(value, "relax.add"):
         return None
     left, right = value.args
     addend = right if left.same_as(product) else left if right.same_as(product) else None
     if not isinstance(addend, tvm.ir.expr.Constant):
         return None
-    bias = addend.value.numpy()
-    if bias.shape != (weight.shape[1],) or bias.dtype != weight.dtype:
+    if static_shape(addend) != shape or str(addend.ty.dtype) != dtype:
         return None
-    return bias
+    return addend
 
 
 def _is_call(value: relax.Expr | None, op: str) -> bool:
@@ -144,7 +146,7 @@ class _Combiner(relax.PyExprMutator):
         for group in groups:
             offset = 0
             for branch in group:
-                width = branch.weight.shape[1]
+                width = branch.shape[1]
                 self.columns[branch.result] = (group[0].matmul, offset, offset + width)
                 offset += width
         self.combined: dict[relax.Var, relax.Var] = {}  # leader: the combined matmul
@@ -154,10 +156,10 @@ class _Combiner(relax.PyExprMutator):
         group = self.leaders.get(var)
         if group is not None:
             x = self.visit_expr(binding.value.args[0])
-            weights = np.concatenate([branch.weight for branch in group], axis=1)
+            weights = np.concatenate([branch.weight.value.numpy() for branch in group], axis=1)
             product = relax.op.matmul(x, relax.const(weights), binding.value.attrs.out_dtype)
             if group[0].bias is not None:
-                biases = np.concatenate([branch.bias for branch in group])
+                biases = np.concatenate([branch.bias.value.numpy() for branch in group])
                 product = relax.op.add(product, relax.const(biases))
             self.combined[var] = self.builder_.emit(product, f"{var.name}_combined")
         if var in self.columns:

@@ -24,6 +24,7 @@ from pydantic import (
 )
 
 from autosched.finalists import Finalist
+from autosched.model import ROUND_TRIALS
 from autosched.records import (
     ErrorKind,
     JobProgress,
@@ -287,7 +288,7 @@ class ModelJobCreate(_Request):
     )
     target: str = Field("llvm", min_length=1, max_length=4096)
     trials: int = Field(64, ge=1, le=MAX_TRIALS)
-    batch_size: int = Field(64, ge=1, le=MAX_BATCH)
+    batch_size: int = Field(ROUND_TRIALS, ge=1, le=MAX_BATCH)
     strategy: Strategy = DEFAULT_STRATEGY
     seed: int | None = Field(None, ge=0, le=MAX_ID)
 

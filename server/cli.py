@@ -29,7 +29,7 @@ from autosched.cli.options import (
     TokenOpt,
 )
 from autosched.errors import UserError
-from autosched.model import SERVICE_REFUSALS, is_model_file
+from autosched.model import ROUND_TRIALS, SERVICE_REFUSALS, is_model_file
 from autosched.search.registry import DEFAULT_STRATEGY, STRATEGY_HELP
 
 if TYPE_CHECKING:
@@ -165,7 +165,7 @@ def submit(
             "inputs": model_input or [],
             "target": target.strip(),
             "trials": trials,
-            "batch_size": batch or 64,
+            "batch_size": batch or ROUND_TRIALS,
             "seed": seed,
             "strategy": strategy,
         }

@@ -33,7 +33,7 @@ from autosched.cli.options import (
     open_log,
 )
 from autosched.errors import Cancelled, UserError
-from autosched.model import is_model_file
+from autosched.model import ROUND_TRIALS, is_model_file
 from autosched.search.registry import DEFAULT_STRATEGY, STRATEGY_HELP, check_strategy
 from autosched.signals import stop_on_signals
 
@@ -121,7 +121,11 @@ def tune(
         if param or file is not None:
             raise UserError("-p and --file describe a workload; a model file takes --input")
         model_options = ModelTuneOptions(
-            trials=trials, batch_size=batch or 64, seed=seed, strategy=strategy, warm=not cold
+            trials=trials,
+            batch_size=batch or ROUND_TRIALS,
+            seed=seed,
+            strategy=strategy,
+            warm=not cold,
         )
         tune_model_file(Path(workload), model_input or [], target, model_options, db, as_json)
         return

@@ -7,6 +7,11 @@ workload name without loading TVM.
 
 MODEL_SUFFIXES = (".onnx", ".pt2", ".py")
 
+ROUND_TRIALS = 64
+"""Trials of a task's round when a model is tuned, unless asked otherwise: each round sets its
+search up anew (design space, cost model, population), so rounds as long as Ansor's and
+MetaSchedule's keep that set-up well below the time spent measuring."""
+
 
 def is_model_file(argument: str) -> bool:
     """Whether a command's argument names a model file rather than a built-in workload."""

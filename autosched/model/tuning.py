@@ -25,6 +25,7 @@ from autosched.log.jobs import JobStore
 from autosched.log.subjects import ensure_subject, ensure_target
 from autosched.log.tuned_models import ModelTaskEntry, TunedModelStore
 from autosched.measure import Measurer
+from autosched.model import ROUND_TRIALS
 from autosched.model.compile import (
     OutputCheck,
     TaskSchedule,
@@ -48,7 +49,7 @@ class ModelTuneOptions:
     search's seed, strategy and whether it starts from the shared cost model (``warm``)."""
 
     trials: int = 64
-    batch_size: int = 64
+    batch_size: int = ROUND_TRIALS
     seed: int | None = None
     strategy: str = DEFAULT_STRATEGY
     warm: bool = True

@@ -69,8 +69,8 @@ def _module(rng: np.random.Generator) -> tuple[tvm.IRModule, list[np.ndarray]]:
             outputs = (first, second, third, fourth, rectified, broadcast, by_parameter)
             result = builder.emit_output(relax.Tuple(outputs))
         builder.emit_func_output(result)
-    inputs = [rng.uniform(-1, 1, (4, 8)).astype(np.float32), rng.uniform(-1, 1, (8, 5))]
-    return builder.get(), [inputs[0], inputs[1].astype(np.float32)]
+    inputs = [rng.uniform(-1, 1, shape).astype(np.float32) for shape in ((4, 8), (8, 5))]
+    return builder.get(), inputs
 
 
 def _run(mod: tvm.IRModule, inputs: list[np.ndarray]) -> list[np.ndarray]:

@@ -27,8 +27,8 @@ from autosched.records import CandidateResult, JobStatus, RecordView
 from autosched.replay import check_not_source
 from autosched.search.base import Proposal
 from autosched.search.registry import DEFAULT_STRATEGY, SearchJob
-from autosched.search.session import SearchSession, start_session
-from autosched.target import canonical_target, device_fingerprint
+from autosched.search.session import OpenSession, OpenSessions, SearchSession, start_session
+from autosched.target import canonical_target, device_fingerprint, target_key
 from autosched.workload import Workload
 
 
@@ -130,6 +130,7 @@ def tune(
     stop: threading.Event | None = None,
     cost_model: CostModel | None = None,
     start_from: NeighbourSeeds | None = None,
+    sessions: OpenSessions | None = None,
 ) -> TuneReport:
     """Tune ``workload`` for ``target`` with ``options.trials`` new measurements.
 
@@ -143,6 +144,10 @@ def tune(
     A workload the log never measured on this target starts from records of the nearest hardware
     or the nearest tuned shapes (``autosched.neighbours.starting_records``), or from
     ``start_from`` where given (records of another log).
+
+    With ``sessions``, the search continues the session an earlier job of this run left open
+    for the workload, target and strategy (caught up on the log), and is left open there for
+    the next; a job that fails or is stopped closes it.
     """
     check_not_source(measurer, log)
     stop = stop or threading.Event()
@@ -152,8 +157,10 @@ def tune(
     stored_workload, stored_target = ensure_subject(log, workload, target)
     workload_id, target_id = stored_workload.id, stored_target.id
     device_id = log.ensure_device(device_fingerprint(target))
-    started_from: ModelInfo | None = None
-    if cost_model is None:
+    session_key = (workload.key, target_key(target), options.strategy)
+    kept = None if sessions is None else sessions.take(session_key)
+    started_from: ModelInfo | None = None if kept is None else kept.started_from
+    if cost_model is None and kept is None:
         cost_model, started_from = starting_model(
             log, target, seed=options.seed or 0, warm=options.warm
         )
@@ -172,7 +179,7 @@ def tune(
     seeds: list[RecordView] = []
     if start_from is not None:
         seeded_from, seeds = start_from.source, start_from.seeds
-    elif not history:
+    elif not history and kept is None:
         machine = [device_fingerprint(target)]
         seeded_from, seeds = starting_records(log, workload, workload_id, target, machine)
     best = log.best(workload_id, target_id)
@@ -200,20 +207,25 @@ def tune(
         session.learn((p.program_hash, r) for p, r in zip(proposals, results, strict=True))
 
     try:
-        session = start_session(
-            options.strategy,
-            SearchJob(
-                workload=workload,
-                target=target,
-                trials=options.trials,
-                batch_size=options.batch_size,
-                seed=options.seed,
-                history=history,
-                cost_model=cost_model,
-                study_storage=log.engine_url,
-                seeds=seeds,
-            ),
-        )
+        if kept is not None:
+            session = kept.session
+            session.catch_up(history)
+        else:
+            assert cost_model is not None  # the starting model, when no session was kept
+            session = start_session(
+                options.strategy,
+                SearchJob(
+                    workload=workload,
+                    target=target,
+                    trials=options.trials,
+                    batch_size=options.batch_size,
+                    seed=options.seed,
+                    history=history,
+                    cost_model=cost_model,
+                    study_storage=log.engine_url,
+                    seeds=seeds,
+                ),
+            )
         if session.needs_baseline:
             measure(session, [session.baseline])
         progress = jobs.job(job_id)
@@ -236,6 +248,8 @@ def tune(
         jobs.end_job(job_id, JobStatus.FAILED)
         raise
     jobs.end_job(job_id, JobStatus.FINISHED, session.stop_reason)
+    if sessions is not None:
+        sessions.keep(session_key, OpenSession(session, started_from))
     return TuneReport(
         workload_key=workload.key,
         workload_name=workload.name,

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from faults import FaultyMeasurer, faulty_matmul
 from helpers import on_sqlite, one_core_target
 
+from autosched import tuner
 from autosched.log import TuningLog
 from autosched.log.jobs import JobStore
 from autosched.measure import MeasureConfig
 from autosched.records import ErrorKind, JobStatus
 from autosched.schedule import BASELINE_TRACE
+from autosched.search.registry import SearchJob
+from autosched.search.session import OpenSession, OpenSessions, SearchSession, start_session
 from autosched.target import host_target, target_key
 from autosched.tuner import TuneOptions, tune
 from autosched.workloads import get_workload
@@ -231,3 +236,58 @@ def test_a_program_whose_epilogue_cannot_be_fused_is_still_tuned(tmp_path) -> No
         log.close()
     assert report.trials == 3 and report.failed == 0
     assert report.best_latency_secs is not None
+
+
+@on_sqlite
+def test_a_kept_session_continues_in_the_next_job_and_catches_up_on_the_log(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    started: list[str] = []
+
+    def counting_start(strategy: str, job: SearchJob) -> SearchSession:
+        started.append(strategy)
+        return start_session(strategy, job)
+
+    monkeypatch.setattr(tuner, "start_session", counting_start)
+    workload = get_workload("matmul", SHAPE)
+    target = one_core_target()
+    log = TuningLog(db_url)
+    measurer = InterruptingMeasurer(target, at=5)  # the fourth job's batch
+    sessions = OpenSessions()
+    options = TuneOptions(trials=4, batch_size=4, seed=1, finalists=0)
+    try:
+        first = tune(workload, target, log, measurer, options, sessions=sessions)
+        assert len(sessions) == 1
+        # another job measures the workload in between, without the kept session
+        tune(workload, target, log, measurer, replace(options, trials=3, seed=2))
+        second = tune(workload, target, log, measurer, options, sessions=sessions)
+        assert len(sessions) == 1
+        with pytest.raises(KeyboardInterrupt):
+            tune(workload, target, log, measurer, options, sessions=sessions)
+        records = log.records(*_ids(log, workload, target))
+    finally:
+        measurer.close()
+        log.close()
+    # the kept session was started once and continued; the job in between started its own
+    assert started == ["evolutionary", "evolutionary"]
+    assert second.cost_model == first.cost_model
+    # nothing measured twice: the kept session learnt what the other job measured
+    assert len(records) == 1 + 4 + 3 + 4
+    assert len({r.program_hash for r in records}) == len(records)
+    assert len(measurer.measured) == len(records)
+    # a job that was stopped leaves no session open: the next one starts from the log
+    assert len(sessions) == 0
+
+
+def test_open_sessions_close_the_least_recently_kept_beyond_their_capacity() -> None:
+    sessions = OpenSessions(capacity=2)
+    kept = {name: OpenSession(session=object(), started_from=None) for name in "abc"}  # type: ignore[arg-type]
+    keys = {name: (name, "llvm", "evolutionary") for name in "abc"}
+    sessions.keep(keys["a"], kept["a"])
+    sessions.keep(keys["b"], kept["b"])
+    sessions.keep(keys["a"], kept["a"])  # kept again: now the most recent
+    sessions.keep(keys["c"], kept["c"])
+    assert len(sessions) == 2
+    assert sessions.take(keys["b"]) is None
+    assert sessions.take(keys["a"]) is kept["a"] and sessions.take(keys["a"]) is None
+    assert sessions.take(keys["c"]) is kept["c"] and len(sessions) == 0

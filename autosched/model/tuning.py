@@ -1,8 +1,9 @@
 """Tuning a whole model on this machine: its tasks tuned round by round as the task scheduler
 splits the budget (``autosched.model.scheduler``), each round one `autosched.tuner.tune` job of
-its workload in the log; tasks the log already tuned enough are reused, not tuned again; then the
-model compiled with every task's best schedule and its outputs checked against the framework's;
-only a model whose outputs match is recorded as tuned, with its tasks.
+its workload in the log that continues the search session of the task's last round; tasks the
+log already tuned enough are reused, not tuned again; then the model compiled with every task's
+best schedule and its outputs checked against the framework's; only a model whose outputs match
+is recorded as tuned, with its tasks.
 
 A task MetaSchedule cannot schedule (its search fails, or nothing it measured ran correctly)
 keeps TVM's default schedule, and the report names it with the reason.
@@ -39,6 +40,7 @@ from autosched.model.tasks import ModelTask
 from autosched.records import weighted_latency
 from autosched.schedule import BASELINE_TRACE
 from autosched.search.registry import DEFAULT_STRATEGY
+from autosched.search.session import OpenSessions
 from autosched.target import canonical_target, target_key
 from autosched.tuner import TuneOptions, tune
 
@@ -155,7 +157,8 @@ def tune_model(
     match, record the model with its tasks in the log.
 
     Tasks the log tuned enough already are reused (see `plan_tasks`). Each round is its own job
-    in the log, so an interrupted run keeps every completed round.
+    in the log, so an interrupted run keeps every completed round; a task's search session stays
+    open between its rounds, so each round continues its population and cost model.
 
     Raises:
         OutputMismatch: the compiled model's outputs differ from the framework's.
@@ -166,6 +169,7 @@ def tune_model(
     stored_target = ensure_target(log, target)
     plan = plan_tasks(log, tasks, target, options.trials)
     failed = dict(plan.failed)
+    sessions = OpenSessions(capacity=max(1, len(plan.tunable)))
     scheduler = TaskScheduler(
         [tasks[i].weight for i in plan.tunable], options.trials, options.batch_size
     )
@@ -185,13 +189,14 @@ def tune_model(
                 measurer,
                 TuneOptions(
                     trials=planned.trials,
-                    batch_size=planned.trials,
+                    batch_size=options.batch_size,
                     seed=options.seed,
                     strategy=options.strategy,
                     warm=options.warm,
                     finalists=0,
                 ),
                 stop=stop,
+                sessions=sessions,
             )
         except (Cancelled, KeyboardInterrupt):
             raise

@@ -22,7 +22,7 @@ import sys
 import tempfile
 import time
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -187,14 +187,17 @@ def bench_models(
     db_url: str | None = None,
     seed: int = 0,
     stock: bool = True,
+    work_dir: Path | None = None,
     on_step: Callable[[str], None] | None = None,
     on_row: Callable[[ModelRow], None] | None = None,
 ) -> list[ModelRow]:
     """Tune, build and time each of ``models`` with every contender; see the module's docstring.
 
     autosched tunes into ``db_url`` (continuing what is there) or a throw-away log. Without
-    ``stock``, stock TVM is left out (its fixed start-up alone is about a minute). ``on_step``
-    hears what is being done, ``on_row`` each model's row as it is done.
+    ``stock``, stock TVM is left out (its fixed start-up alone is about a minute). The models'
+    files, libraries and stock TVM's MetaSchedule logs and database are kept in ``work_dir``
+    (a new or empty folder; a folder per model in it) where given. ``on_step`` hears what is being
+    done, ``on_row`` each model's row as it is done.
 
     Raises:
         OutputMismatch: autosched's compiled model computes something else than PyTorch.
@@ -203,7 +206,7 @@ def bench_models(
     use_threads(threads)
     cpu = cpu_name(target)
     rows = []
-    with tempfile.TemporaryDirectory(prefix="autosched-bench-models-") as work:
+    with _work_folder(work_dir) as work:
         log = TuningLog(db_url or f"sqlite:///{Path(work) / 'bench.db'}")
         try:
             for zoo_model in models:
@@ -217,6 +220,17 @@ def bench_models(
         finally:
             log.close()
     return rows
+
+
+@contextlib.contextmanager
+def _work_folder(kept: Path | None) -> Iterator[str]:
+    """``kept``, created, or a throw-away folder."""
+    if kept is None:
+        with tempfile.TemporaryDirectory(prefix="autosched-bench-models-") as work:
+            yield work
+    else:
+        kept.mkdir(parents=True, exist_ok=True)
+        yield str(kept)
 
 
 STOCK_LEFT_OUT = "left out (--no-stock)"

@@ -257,6 +257,13 @@ def models(
             help="Tune with stock TVM too (its fixed start-up alone is about a minute).",
         ),
     ] = True,
+    work_dir: Annotated[
+        Path | None,
+        typer.Option(
+            help="Keep the models' files and stock TVM's logs and database here "
+            "(default: a throw-away folder).",
+        ),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
     plot: Annotated[Path | None, typer.Option(help="Write a PNG chart here.")] = None,
 ) -> None:
@@ -268,6 +275,8 @@ def models(
     from autosched.target import host_target
 
     chosen = zoo_models(names)
+    if work_dir is not None and work_dir.exists() and any(work_dir.iterdir()):
+        raise typer.BadParameter(f"{work_dir} is not empty", param_hint="--work-dir")
     target_json = host_target()
     # SIGTERM stops the bench as Ctrl-C does, so that the stock tuner's processes go with it.
     previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
@@ -279,6 +288,7 @@ def models(
             db_url=db,
             seed=seed,
             stock=stock,
+            work_dir=work_dir,
             on_step=None if as_json else lambda step: _err.print(escape(step), highlight=False),
             on_row=None if as_json else _print_model_row,
         )

@@ -4,6 +4,11 @@ An engine claims jobs in the log (a claim lapses unless renewed, so a job whose 
 taken over), rebuilds each job's search from the log, keeps its candidates queued for the workers
 and teaches the search the measurements that come back. Engines hold no state that the log does
 not: a restarted engine continues every job where the log says it stands.
+
+The one thing an engine keeps is a cache: the search session of a job that finished stays open
+(`OpenSessions`) for the next job of the same workload, target and strategy, which continues it,
+caught up on the log, instead of rebuilding it (a model job's task rounds are such jobs). Without
+it, as after a restart, the next job rebuilds its search from the log.
 """
 
 from __future__ import annotations
@@ -18,13 +23,18 @@ from autosched.costmodel.base import CostModel
 from autosched.costmodel.shared import starting_model
 from autosched.errors import ServiceUnavailable
 from autosched.log import TuningLog
-from autosched.log.costmodels import CostModelStore
+from autosched.log.costmodels import CostModelStore, ModelInfo
 from autosched.log.jobs import JobStore
 from autosched.neighbours import starting_records
-from autosched.records import JobProgress, JobStatus
+from autosched.records import JobProgress, JobStatus, RecordView
 from autosched.search.base import Proposal
 from autosched.search.registry import SearchJob
-from autosched.search.session import start_session
+from autosched.search.session import (
+    OpenSession,
+    OpenSessions,
+    SessionKey,
+    start_session,
+)
 from autosched.workload import resolve_workload
 
 logger = logging.getLogger(__name__)
@@ -42,16 +52,49 @@ class JobDriver:
         job: the job to drive.
         cost_model: the model its search starts from; by default the one the job started from
             (a job taken over keeps its version), else its target family's latest shared model.
+        kept: a session an earlier job of the same workload, target and strategy left open, to
+            continue instead of building one (``cost_model`` is then not used).
     """
 
     def __init__(
-        self, log: TuningLog, jobs: JobStore, job: JobProgress, cost_model: CostModel | None = None
+        self,
+        log: TuningLog,
+        jobs: JobStore,
+        job: JobProgress,
+        cost_model: CostModel | None = None,
+        kept: OpenSession | None = None,
     ) -> None:
         self.job_id = job.id
+        self.session_key: SessionKey = (job.workload.key, job.target.key, job.strategy)
         self._jobs = jobs
         self._batch = job.batch_size
-        workload = resolve_workload(job.workload.ref)
+        # whether the job ended with nothing of it left with the workers: its session can go on
+        self.finished = False
         history = log.records(job.workload.id, job.target.id)
+        if kept is None:
+            kept = self._start(log, job, history, cost_model)
+        else:
+            kept.session.catch_up(history)
+            models = CostModelStore(log)
+            if models.job_model(job.id) is None and kept.started_from is not None:
+                models.set_job_model(job.id, kept.started_from.id)
+        self._session = kept.session
+        self._started_from = kept.started_from
+        seen = jobs.measured_since(job.id, 0)
+        self._last_measurement = seen[-1].measurement_id if seen else 0
+        if self._session.needs_baseline:
+            baseline = self._session.baseline
+            jobs.enqueue(job.id, [(baseline.trace_json, baseline.program_hash, None)])
+
+    def _start(
+        self,
+        log: TuningLog,
+        job: JobProgress,
+        history: Sequence[RecordView],
+        cost_model: CostModel | None,
+    ) -> OpenSession:
+        """The job's search session, built from the log."""
+        workload = resolve_workload(job.workload.ref)
         # A workload the log never measured on the target starts from the nearest hardware's
         # records (its workers' machines match at the device level) or the nearest shapes'.
         _source, seeds = (
@@ -61,9 +104,10 @@ class JobDriver:
                 log, workload, job.workload.id, job.target.target_json, log.machines(job.target.key)
             )
         )
+        started_from = None
         if cost_model is None:
-            cost_model = self._shared_model(log, job)
-        self._session = start_session(
+            cost_model, started_from = self._shared_model(log, job)
+        session = start_session(
             job.strategy,
             SearchJob(
                 workload=workload,
@@ -77,14 +121,10 @@ class JobDriver:
                 seeds=seeds,
             ),
         )
-        seen = jobs.measured_since(job.id, 0)
-        self._last_measurement = seen[-1].measurement_id if seen else 0
-        if self._session.needs_baseline:
-            baseline = self._session.baseline
-            jobs.enqueue(job.id, [(baseline.trace_json, baseline.program_hash, None)])
+        return OpenSession(session, started_from)
 
     @staticmethod
-    def _shared_model(log: TuningLog, job: JobProgress) -> CostModel:
+    def _shared_model(log: TuningLog, job: JobProgress) -> tuple[CostModel, ModelInfo | None]:
         models = CostModelStore(log)
         recorded = models.job_model(job.id)
         cost_model, started_from = starting_model(
@@ -92,7 +132,11 @@ class JobDriver:
         )
         if recorded is None and started_from is not None:
             models.set_job_model(job.id, started_from.id)
-        return cost_model
+        return cost_model, started_from
+
+    def open_session(self) -> OpenSession:
+        """The job's session, to keep open for the next job once this one `finished`."""
+        return OpenSession(self._session, self._started_from)
 
     def advance(self) -> bool:
         """Learn from new measurements and keep the queue fed; False once the job has ended.
@@ -106,9 +150,11 @@ class JobDriver:
             return False
         if budget.spent:
             self._jobs.end_job(self.job_id, JobStatus.FINISHED)
+            self.finished = budget.outstanding == 0
             return False
         if self._session.exhausted and budget.outstanding == 0 and not budget.baseline_outstanding:
             self._jobs.end_job(self.job_id, JobStatus.FINISHED, self._session.stop_reason)
+            self.finished = True
             return False
         remaining = budget.trials - budget.measured - budget.outstanding
         # Keep up to two batches queued: workers measure one while the next is ready.
@@ -138,6 +184,8 @@ class Engine(BackgroundLoop):
         poll_secs: pause between rounds when there was nothing to do.
         cost_models: the cost model each job's search starts from (default: the log's shared
             models, see `JobDriver`).
+        open_sessions: how many finished jobs' search sessions are kept open for the next job
+            of their workload, target and strategy (0: none).
     """
 
     def __init__(
@@ -148,6 +196,7 @@ class Engine(BackgroundLoop):
         claim_secs: float = 30.0,
         poll_secs: float = 0.25,
         cost_models: CostModelFactory | None = None,
+        open_sessions: int = 16,
     ) -> None:
         self._log = log
         self._jobs = JobStore(log)
@@ -156,6 +205,7 @@ class Engine(BackgroundLoop):
         self._claim_secs = claim_secs
         self._poll_secs = poll_secs
         self._drivers: dict[int, JobDriver] = {}
+        self._sessions = OpenSessions(open_sessions)
 
     def step(self) -> None:
         """One round: renew claims, take up new jobs, advance every job held."""
@@ -169,6 +219,8 @@ class Engine(BackgroundLoop):
                     driver = self._drivers[job_id] = self._driver(job_id)
                 if not driver.advance():
                     del self._drivers[job_id]
+                    if driver.finished:
+                        self._sessions.keep(driver.session_key, driver.open_session())
             except ServiceUnavailable:  # the log is gone for now: not the job's fault
                 raise
             except Exception:  # one broken job must not stop the others
@@ -178,10 +230,18 @@ class Engine(BackgroundLoop):
 
     def _driver(self, job_id: int) -> JobDriver:
         job = self._jobs.job(job_id)
+        kept = self._sessions.take((job.workload.key, job.target.key, job.strategy))
+        if kept is not None:
+            return JobDriver(self._log, self._jobs, job, kept=kept)
         cost_model = None if self._cost_models is None else self._cost_models(job)
         return JobDriver(self._log, self._jobs, job, cost_model)
 
     def run(self, stop: threading.Event) -> None:
         """Run rounds until ``stop`` is set, waiting out outages of the log's database; after one,
         every job's search is rebuilt from the log, as after a restart."""
-        self.run_rounds(stop, self.step, self._poll_secs, on_outage=self._drivers.clear)
+        self.run_rounds(stop, self.step, self._poll_secs, on_outage=self._rebuild)
+
+    def _rebuild(self) -> None:
+        """Forget every search, to rebuild each from the log."""
+        self._drivers.clear()
+        self._sessions = OpenSessions(self._sessions.capacity)

@@ -34,8 +34,9 @@ def test_a_tiny_run_reports_every_contender_of_the_mlp(tmp_path: Path) -> None:
     # stock TVM's fixed start-up alone is about a minute: left out here, as the option allows
     result = autosched(
         "bench", "models", "--models", "mlp", "--trials", "2", "--no-stock", "--json",
-        cwd=tmp_path,
+        "--work-dir", "kept", cwd=tmp_path,
     )  # fmt: skip
+    assert (tmp_path / "kept" / "mlp" / "mlp.pt2").is_file()  # the model's files are kept
     document = json.loads(result.stdout)
     assert document["trials"] == 2 and document["target"]["kind"] == "llvm"
     (row,) = document["rows"]
@@ -66,6 +67,17 @@ def test_an_unknown_model_is_one_line_and_exit_code_2(cli: Cli) -> None:
     assert result.err.strip().splitlines() == [
         "error: unknown model gpt5; models: mlp, resnet18, bert_layer, mobilenet_v2, convs2s"
     ]
+
+
+def test_a_work_dir_that_is_not_empty_is_refused_with_exit_code_2(cli: Cli, tmp_path: Path) -> None:
+    (tmp_path / "kept").mkdir()
+    (tmp_path / "kept" / "notes.txt").write_text("mine")
+    result = cli("bench", "models", "--models", "mlp", "--trials", "2", "--work-dir", "kept")
+    assert result.code == 2
+    assert result.err.strip().splitlines() == [
+        f"error: Invalid value for --work-dir: {Path('kept')} is not empty"
+    ]
+    assert [path.name for path in (tmp_path / "kept").iterdir()] == ["notes.txt"]
 
 
 # A child that starts a grandchild (as stock MetaSchedule starts its pools), writes

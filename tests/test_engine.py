@@ -14,6 +14,9 @@ from autosched.log.jobs import JobStore
 from autosched.log.leases import LeaseQueue
 from autosched.measure import MeasureConfig
 from autosched.records import JobStatus
+from autosched.search.registry import SearchJob
+from autosched.search.session import SearchSession, start_session
+from autosched.server import engine as engine_module
 from autosched.server.engine import Engine
 from autosched.target import host_target, target_family
 from autosched.workers.daemon import WorkerDaemon
@@ -76,3 +79,55 @@ def test_jobs_are_tuned_to_their_budget_by_engine_and_workers(db_url: str) -> No
             hashes = [r.program_hash for r in records]
             assert len(hashes) == len(set(hashes)) == progress.trials + 1  # and the baseline
         assert queue.metrics().queued == 0
+
+
+@on_sqlite
+def test_the_next_job_of_a_workload_continues_the_finished_jobs_search(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    started: list[int] = []
+
+    def counting_start(strategy: str, job: SearchJob) -> SearchSession:
+        started.append(job.trials)
+        return start_session(strategy, job)
+
+    monkeypatch.setattr(engine_module, "start_session", counting_start)
+    target = host_target()
+    workload = get_workload("matmul", {"M": 32, "N": 32, "K": 32})
+    with TuningLog(db_url) as log:
+        load_recording(DATA / "small_matmuls.json.gz", log, target)
+        model = train_shared(log, target_family(target), evaluate=False).model
+        store, queue = JobStore(log), LeaseQueue(log)
+        engine = Engine(log, poll_secs=0.1)
+        stop = threading.Event()
+        daemon = WorkerDaemon(queue, target, batch=2, config=FAST, poll_secs=0.1)
+        worker = threading.Thread(target=daemon.run, args=(stop,))
+        engine.start()
+        worker.start()
+        try:
+            jobs = []
+            for trials in (4, 3):  # one after the other, as a model job's rounds of a task
+                jobs.append(
+                    store.submit(
+                        workload,
+                        target,
+                        trials=trials,
+                        batch_size=2,
+                        strategy="evolutionary",
+                        seed=1,
+                    )
+                )
+                wait_for(lambda: store.job(jobs[-1]).status.final, "the job to end")
+        finally:
+            stop.set()
+            engine.stop()
+            worker.join()
+        assert started == [4]  # the second job continued the first one's session
+        for job in jobs:
+            progress = store.job(job)
+            assert progress.status is JobStatus.FINISHED
+            assert progress.trials_done == progress.trials
+            assert progress.cost_model_id == model.id
+        records = log.records(progress.workload.id, progress.target.id)
+        hashes = [r.program_hash for r in records]
+        assert len(hashes) == len(set(hashes)) == 1 + 4 + 3

@@ -111,19 +111,18 @@ class SearchSession:
         )
 
     def catch_up(self, history: Iterable[RecordView]) -> int:
-        """Take in recorded measurements of the workload and target that the session has not
-        seen (made by other jobs since it started), so that nothing is measured twice; the
-        strategy observes them. Returns how many were new."""
-        new = [
-            record
-            for record in history
-            if record.program_hash not in self._known and record.program_hash not in self._pending
-        ]
-        if new:
-            self._known.update((record.program_hash, record.result) for record in new)
+        """Take in the recorded measurements of the workload and target that the session has
+        not learnt: those of its own proposals that arrived unseen, and those other jobs made
+        since it started, which the strategy observes; so nothing is measured twice. Returns how
+        many were new."""
+        new = [record for record in history if record.program_hash not in self._known]
+        self.learn((r.program_hash, r.result) for r in new if r.program_hash in self._pending)
+        foreign = [record for record in new if record.program_hash not in self._known]
+        if foreign:
+            self._known.update((record.program_hash, record.result) for record in foreign)
             self._strategy.observe(
-                [Proposal(r.trace_json, r.program_hash, None, _NOT_PROPOSED) for r in new],
-                [record.result for record in new],
+                [Proposal(r.trace_json, r.program_hash, None, _NOT_PROPOSED) for r in foreign],
+                [record.result for record in foreign],
             )
         return len(new)
 
@@ -223,7 +222,7 @@ class OpenSessions:
     """
 
     def __init__(self, capacity: int = 64) -> None:
-        self._capacity = capacity
+        self.capacity = capacity
         self._sessions: dict[SessionKey, OpenSession] = {}
 
     def take(self, key: SessionKey) -> OpenSession | None:
@@ -234,7 +233,7 @@ class OpenSessions:
         """Keep ``session`` open under ``key`` for the next job, as the most recently used."""
         self._sessions.pop(key, None)
         self._sessions[key] = session
-        while len(self._sessions) > self._capacity:
+        while len(self._sessions) > self.capacity:
             del self._sessions[next(iter(self._sessions))]
 
     def __len__(self) -> int:

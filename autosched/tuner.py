@@ -27,7 +27,8 @@ from autosched.records import CandidateResult, JobStatus, RecordView
 from autosched.replay import check_not_source
 from autosched.search.base import Proposal
 from autosched.search.registry import DEFAULT_STRATEGY, SearchJob
-from autosched.search.session import OpenSession, OpenSessions, SearchSession, start_session
+from autosched.search.session import SearchSession, start_session
+from autosched.sessions import OpenSession, OpenSessions
 from autosched.target import canonical_target, device_fingerprint, target_key
 from autosched.workload import Workload
 

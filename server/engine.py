@@ -29,12 +29,8 @@ from autosched.neighbours import starting_records
 from autosched.records import JobProgress, JobStatus, RecordView
 from autosched.search.base import Proposal
 from autosched.search.registry import SearchJob
-from autosched.search.session import (
-    OpenSession,
-    OpenSessions,
-    SessionKey,
-    start_session,
-)
+from autosched.search.session import start_session
+from autosched.sessions import OpenSession, OpenSessions, SessionKey
 from autosched.workload import resolve_workload
 
 logger = logging.getLogger(__name__)

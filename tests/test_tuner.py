@@ -15,7 +15,8 @@ from autosched.measure import MeasureConfig
 from autosched.records import ErrorKind, JobStatus
 from autosched.schedule import BASELINE_TRACE
 from autosched.search.registry import SearchJob
-from autosched.search.session import OpenSession, OpenSessions, SearchSession, start_session
+from autosched.search.session import SearchSession, start_session
+from autosched.sessions import OpenSession, OpenSessions
 from autosched.target import host_target, target_key
 from autosched.tuner import TuneOptions, tune
 from autosched.workloads import get_workload

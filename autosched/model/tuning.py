@@ -40,7 +40,7 @@ from autosched.model.tasks import ModelTask
 from autosched.records import weighted_latency
 from autosched.schedule import BASELINE_TRACE
 from autosched.search.registry import DEFAULT_STRATEGY
-from autosched.search.session import OpenSessions
+from autosched.sessions import OpenSessions
 from autosched.target import canonical_target, target_key
 from autosched.tuner import TuneOptions, tune
 

@@ -11,17 +11,14 @@ measured before), the session fills the round with programs sampled from the des
 itself, each decision drawn at random, so a job spends its whole budget; the space counts as
 exhausted only when rounds of such samples bring no new program either.
 
-A run that tunes one workload in several jobs (a model's task rounds) keeps its sessions open
-between them (`OpenSessions`): the next job continues the last one's population, cost model and
-design space instead of rebuilding them from the log, and catches up on what was measured
-elsewhere in between.
+A session can outlive its job (``autosched.sessions``): `catch_up` then takes in what other jobs
+measured in the meantime.
 """
 
 from __future__ import annotations
 
 import random
 from collections.abc import Callable, Collection, Iterable, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from autosched.records import SPACE_EXHAUSTED, MeasureResult, RecordView
@@ -30,7 +27,6 @@ from autosched.search.base import Proposal, SearchStrategy
 from autosched.search.registry import SearchJob, make_strategy
 
 if TYPE_CHECKING:
-    from autosched.log.costmodels import ModelInfo
     from autosched.search.space import DesignSpace
 
 # Rounds in a row in which neither the strategy nor samples of the design space bring a new
@@ -198,46 +194,6 @@ class SearchSession:
         if sampled:
             self._fruitless_samples = 0
         return sampled
-
-
-@dataclass(frozen=True)
-class OpenSession:
-    """A search session kept open between jobs, with the shared cost model version its search
-    started from (None: a fresh model), which each job that continues it records."""
-
-    session: SearchSession
-    started_from: ModelInfo | None
-
-
-SessionKey = tuple[str, str, str]
-"""What an open session is kept under: the workload's key, the target's key, the strategy."""
-
-
-class OpenSessions:
-    """The search sessions a run keeps open between its jobs, by `SessionKey`, at most
-    ``capacity`` of them (the least recently used is closed first).
-
-    A job takes the session out and keeps it again when it ends normally: a job that fails or
-    is stopped leaves none, so the next job starts from the log.
-    """
-
-    def __init__(self, capacity: int = 64) -> None:
-        self.capacity = capacity
-        self._sessions: dict[SessionKey, OpenSession] = {}
-
-    def take(self, key: SessionKey) -> OpenSession | None:
-        """Take out the open session under ``key``, if any."""
-        return self._sessions.pop(key, None)
-
-    def keep(self, key: SessionKey, session: OpenSession) -> None:
-        """Keep ``session`` open under ``key`` for the next job, as the most recently used."""
-        self._sessions.pop(key, None)
-        self._sessions[key] = session
-        while len(self._sessions) > self.capacity:
-            del self._sessions[next(iter(self._sessions))]
-
-    def __len__(self) -> int:
-        return len(self._sessions)
 
 
 def start_session(strategy: str, job: SearchJob) -> SearchSession:

@@ -39,6 +39,11 @@ CostModelFactory = Callable[[JobProgress], CostModel]
 """The cost model a job's search starts from, for engines handed one instead of the log's."""
 
 
+def session_key(job: JobProgress) -> SessionKey:
+    """What the search session of ``job`` is kept open under."""
+    return (job.workload.key, job.target.key, job.strategy)
+
+
 class JobDriver:
     """The search session of one job: proposes into the queue and learns from what workers report.
 
@@ -61,7 +66,7 @@ class JobDriver:
         kept: OpenSession | None = None,
     ) -> None:
         self.job_id = job.id
-        self.session_key: SessionKey = (job.workload.key, job.target.key, job.strategy)
+        self.session_key = session_key(job)
         self._jobs = jobs
         self._batch = job.batch_size
         # whether the job ended with nothing of it left with the workers: its session can go on
@@ -226,7 +231,7 @@ class Engine(BackgroundLoop):
 
     def _driver(self, job_id: int) -> JobDriver:
         job = self._jobs.job(job_id)
-        kept = self._sessions.take((job.workload.key, job.target.key, job.strategy))
+        kept = self._sessions.take(session_key(job))
         if kept is not None:
             return JobDriver(self._log, self._jobs, job, kept=kept)
         cost_model = None if self._cost_models is None else self._cost_models(job)

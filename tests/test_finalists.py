@@ -109,6 +109,28 @@ def test_retiming_records_every_round_for_each_candidate_built() -> None:
     assert all(f.interval.low <= f.median_secs <= f.interval.high for f in ranked)
 
 
+@pytest.mark.slow  # builds and times the untuned program of two shapes
+def test_a_measurer_of_two_workloads_re_times_each_ones_own_program() -> None:
+    """The untuned programs of two shapes share one trace: re-timing one shape's must not time
+    the library kept for the other."""
+    small = get_workload("matmul", {"M": 16, "N": 16, "K": 16})
+    large = get_workload("matmul", {"M": 128, "N": 128, "K": 128})
+    measurer = LocalMeasurer(host_target(), MeasureConfig(min_repeat_ms=5, builders=1))
+    try:
+        (small_result,) = measurer.measure(small.ref, [BASELINE_TRACE])
+        (large_result,) = measurer.measure(large.ref, [BASELINE_TRACE])
+        small_samples, large_samples = (
+            measurer.retime(workload.ref, [BASELINE_TRACE], rounds=3)[0]
+            for workload in (small, large)
+        )
+    finally:
+        measurer.close()
+    assert small_result.median is not None and large_result.median is not None
+    assert large_result.median > 20 * small_result.median  # 512x the work
+    assert min(large_samples) > 10 * max(small_samples)
+    assert max(large_samples) > large_result.median / 3
+
+
 @pytest.mark.slow  # a search of a few candidates, then their re-timing
 def test_a_tuning_run_chooses_its_best_by_the_re_timed_median_and_logs_every_sample(
     tmp_path: Path,

@@ -58,6 +58,14 @@ class Retimer(Protocol):
     ) -> list[list[float]]: ...
 
 
+_Program = tuple[str, str]
+"""A candidate program: its workload's key and its trace. A trace alone does not name a program:
+two shapes of one operator can share a trace."""
+
+KEPT_WORKLOADS = 16
+"""Workloads whose fastest libraries a measurer keeps for `retime` (a model's tasks, say)."""
+
+
 def _now() -> datetime:
     return datetime.now(UTC)
 
@@ -82,8 +90,9 @@ class LocalMeasurer:
     """A Measurer that uses child processes on this machine.
 
     Built libraries of the latest batch are kept until the next batch so that verifying one of its
-    candidates does not build it again; those of the ``keep`` fastest candidates measured so far
-    are kept for good, so that `retime` times them without building them again. Once ``cancel``
+    candidates does not build it again; those of the ``keep`` fastest candidates of each workload
+    measured so far (of the ``KEPT_WORKLOADS`` most recently measured) are kept for good, so that
+    `retime` times them without building them again. Once ``cancel``
     is set, `measure` raises Cancelled before the next candidate instead of finishing the batch.
     """
 
@@ -115,11 +124,12 @@ class LocalMeasurer:
         self._workdir = Path(tempfile.mkdtemp(prefix="autosched-measure-"))
         (self._workdir / "fastest").mkdir()
         self._batch = 0
-        self._artifacts: dict[str, str] = {}  # trace: its library in this batch
+        self._artifacts: dict[_Program, str] = {}  # its library in this batch
         self._builds: dict[str, Built] = {}  # library: how it was built
         self._verify_builds = 0
         self._keep = keep
-        self._fastest: dict[str, tuple[float, str]] = {}  # trace: (median, artifact)
+        # per workload key, least recently measured first: trace -> (median, artifact)
+        self._fastest: dict[str, dict[str, tuple[float, str]]] = {}
         self._kept_count = 0
         self._start_batch()
 
@@ -150,7 +160,7 @@ class LocalMeasurer:
             timed[index] if isinstance(outcome, tuple) else outcome
             for index, outcome in enumerate(built)
         ]
-        self._keep_fastest(traces, results)
+        self._keep_fastest(workload, traces, results)
         return results
 
     @property
@@ -161,7 +171,8 @@ class LocalMeasurer:
 
     def verify(self, workload: WorkloadRef, trace: str, seed: int) -> MeasureResult | None:
         started_at = _now()
-        artifact = self._artifacts.get(trace) or self._fastest.get(trace, (0.0, None))[1]
+        kept = self._fastest.get(workload.key, {}).get(trace)
+        artifact = self._artifacts.get((workload.key, trace)) or (kept[1] if kept else None)
         if artifact is None or self._builds[artifact].prepacked:
             # a program timed with its weights packed ahead is checked as it packs them itself;
             # each build has a name of its own (a process loads a library path once)
@@ -196,7 +207,7 @@ class LocalMeasurer:
             RequestFailed, ChildTimeout, ChildDied: a round of timing failed.
         """
         self._start_batch()
-        artifacts = {trace: kept[1] for trace, kept in self._fastest.items()}
+        artifacts = {trace: kept[1] for trace, kept in self._fastest.get(workload.key, {}).items()}
         missing = [trace for trace in dict.fromkeys(traces) if trace not in artifacts]
         with ThreadPoolExecutor(max_workers=len(self._all_builders)) as pool:
             built = pool.map(
@@ -204,7 +215,7 @@ class LocalMeasurer:
             )
             for trace, outcome in zip(missing, built, strict=True):
                 if isinstance(outcome, tuple):
-                    artifacts[trace] = self._artifacts[trace]
+                    artifacts[trace] = self._artifacts[workload.key, trace]
         usable = [trace for trace in dict.fromkeys(traces) if trace in artifacts]
         candidates = {trace: (path, self._builds[path].args) for trace, path in artifacts.items()}
         samples: dict[str, list[float]] = {trace: [] for trace in usable}
@@ -219,24 +230,38 @@ class LocalMeasurer:
                 samples[trace].append(sample)
         return [samples.get(trace, []) for trace in traces]
 
-    def _keep_fastest(self, traces: Sequence[str], results: Sequence[MeasureResult]) -> None:
-        """Keep the libraries of the ``keep`` fastest candidates measured so far, for `retime`."""
+    def _keep_fastest(
+        self, workload: WorkloadRef, traces: Sequence[str], results: Sequence[MeasureResult]
+    ) -> None:
+        """Keep the libraries of the ``keep`` fastest candidates of the workload measured so far,
+        for `retime`, and those of at most ``KEPT_WORKLOADS`` workloads, the most recently
+        measured."""
+        if self._keep == 0:
+            return
+        fastest = self._fastest.pop(workload.key, {})
+        self._fastest[workload.key] = fastest
         for trace, result in zip(traces, results, strict=True):
             median = result.median
-            if median is None or trace in self._fastest or self._keep == 0:
+            if median is None or trace in fastest:
                 continue
-            if len(self._fastest) >= self._keep:
-                slowest = max(self._fastest, key=lambda kept: self._fastest[kept][0])
-                if self._fastest[slowest][0] <= median:
+            if len(fastest) >= self._keep:
+                slowest = max(fastest, key=lambda kept: fastest[kept][0])
+                if fastest[slowest][0] <= median:
                     continue
-                dropped = self._fastest.pop(slowest)[1]
-                Path(dropped).unlink(missing_ok=True)
-                del self._builds[dropped]
+                self._drop_kept(fastest.pop(slowest)[1])
             self._kept_count += 1
             kept = str(self._workdir / "fastest" / f"{self._kept_count}.so")
-            shutil.copyfile(self._artifacts[trace], kept)
-            self._builds[kept] = self._builds[self._artifacts[trace]]
-            self._fastest[trace] = (median, kept)
+            artifact = self._artifacts[workload.key, trace]
+            shutil.copyfile(artifact, kept)
+            self._builds[kept] = self._builds[artifact]
+            fastest[trace] = (median, kept)
+        while len(self._fastest) > KEPT_WORKLOADS:
+            for _, artifact in self._fastest.pop(next(iter(self._fastest))).values():
+                self._drop_kept(artifact)
+
+    def _drop_kept(self, artifact: str) -> None:
+        Path(artifact).unlink(missing_ok=True)
+        del self._builds[artifact]
 
     def close(self) -> None:
         for child in [*self._all_builders, self._runner]:
@@ -273,7 +298,7 @@ class LocalMeasurer:
             self._builders.put(builder)
         self._builds[artifact] = built
         if prepacked:
-            self._artifacts[trace] = artifact
+            self._artifacts[workload.key, trace] = artifact
         return started_at, built
 
     def _time_control(self) -> float | None:
@@ -305,7 +330,7 @@ class LocalMeasurer:
     ) -> MeasureResult:
         started_at, built = outcome
         build_secs = built.secs
-        artifact = self._artifacts[trace]
+        artifact = self._artifacts[workload.key, trace]
         request = RunRequest(workload, artifact, built.args, self._target, self._config)
         try:
             samples = self._runner.call(request, self._config.run_timeout_secs)

@@ -269,6 +269,43 @@ def tune(
     )
 
 
+def retime_finalists(
+    workload: Workload,
+    target: dict,
+    log: TuningLog,
+    measurer: Measurer,
+    options: TuneOptions,
+) -> list[Finalist]:
+    """Time the ``options.finalists`` fastest candidates of ``workload`` on ``target`` again, as
+    a job of its own that measures nothing new (a model's task after its last round: its rounds
+    keep the fastest single shot), and make the re-timed winner the best record. Returns the
+    finalists, the winner first; none with fewer than two candidates to compare.
+    """
+    target = canonical_target(target)
+    stored_workload, stored_target = ensure_subject(log, workload, target)
+    subject = (stored_workload.id, stored_target.id)
+    device_id = log.ensure_device(device_fingerprint(target))
+    jobs = JobStore(log)
+    job_id = jobs.start_job(
+        workload_id=stored_workload.id,
+        target_id=stored_target.id,
+        trials=0,
+        batch_size=options.batch_size,
+        strategy=options.strategy,
+        seed=options.seed,
+    )
+    try:
+        finalists = _retime_finalists(log, measurer, workload, subject, job_id, device_id, options)
+    except (Cancelled, KeyboardInterrupt):
+        jobs.end_job(job_id, JobStatus.INTERRUPTED)
+        raise
+    except Exception:
+        jobs.end_job(job_id, JobStatus.FAILED)
+        raise
+    jobs.end_job(job_id, JobStatus.FINISHED)
+    return finalists
+
+
 def _retime_finalists(
     log: TuningLog,
     measurer: Measurer,

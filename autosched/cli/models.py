@@ -71,10 +71,14 @@ def tune_model_file(
     measurer = LocalMeasurer(target_json, cancel=stop)
 
     def on_round(task: str, trials: int, remaining: int) -> None:
-        if not as_json:
+        if as_json:
+            return
+        if trials:
             _err.print(
                 f"tuning {escape(task)}: {trials} trials ({remaining} left)", highlight=False
             )
+        else:
+            _err.print(f"timing the fastest of {escape(task)} again", highlight=False)
 
     try:
         with stop_on_signals(stop, "the round in flight is dropped"):
@@ -99,7 +103,7 @@ def _print_model_report(report: ModelTuneReport) -> None:
         return "-" if secs is None else f"{secs * 1e6:.2f}"
 
     table = Table(
-        "task", "weight", "trials", "reused", "best us", "untuned us", "schedule",
+        "task", "weight", "trials", "reused", "best us", "re-timed", "untuned us", "schedule",
         title=f"{report.model}: tasks",
     )  # fmt: skip
     for task in report.tasks:
@@ -109,6 +113,7 @@ def _print_model_report(report: ModelTuneReport) -> None:
             str(task.trials),
             str(task.reused_records) if task.reused_records else "-",
             us(task.best_secs),
+            str(task.finalists) if task.finalists else "-",
             us(task.baseline_secs),
             "tuned" if task.default_schedule is None else "default",
         )

@@ -94,7 +94,8 @@ def tune(
             min=0,
             max=64,
             help="Time this many of the fastest candidates again at the end, side by side, and "
-            "choose the best by the re-timed median (0: keep the fastest single measurement).",
+            "choose the best by the re-timed median (0: keep the fastest single measurement); "
+            "of a model, of each task it tunes.",
         ),
     ] = 8,
     db: DbOpt = None,
@@ -126,6 +127,7 @@ def tune(
             seed=seed,
             strategy=strategy,
             warm=not cold,
+            finalists=finalists,
         )
         tune_model_file(Path(workload), model_input or [], target, model_options, db, as_json)
         return

@@ -1,9 +1,10 @@
 """Tuning a whole model on this machine: its tasks tuned round by round as the task scheduler
 splits the budget (``autosched.model.scheduler``), each round one `autosched.tuner.tune` job of
 its workload in the log that continues the search session of the task's last round; tasks the
-log already tuned enough are reused, not tuned again; then the model compiled with every task's
-best schedule and its outputs checked against the framework's; only a model whose outputs match
-is recorded as tuned, with its tasks.
+log already tuned enough are reused, not tuned again; after the last round each tuned task's
+fastest candidates timed again side by side, the re-timed winner its best; then the model
+compiled with every task's best schedule and its outputs checked against the framework's; only a
+model whose outputs match is recorded as tuned, with its tasks.
 
 A task MetaSchedule cannot schedule (its search fails, or nothing it measured ran correctly)
 keeps TVM's default schedule, and the report names it with the reason.
@@ -42,26 +43,43 @@ from autosched.schedule import BASELINE_TRACE
 from autosched.search.registry import DEFAULT_STRATEGY
 from autosched.sessions import OpenSessions
 from autosched.target import canonical_target, target_key
-from autosched.tuner import TuneOptions, tune
+from autosched.tuner import TuneOptions, retime_finalists, tune
 
 
 @dataclass(frozen=True)
 class ModelTuneOptions:
     """The model's trial budget, split across its tasks in rounds of at most ``batch_size``; the
-    search's seed, strategy and whether it starts from the shared cost model (``warm``)."""
+    search's seed, strategy and whether it starts from the shared cost model (``warm``); how many
+    of each task's fastest candidates are timed again after its last round (``finalists``; 0:
+    none), in how many ``rounds``."""
 
     trials: int = 64
     batch_size: int = ROUND_TRIALS
     seed: int | None = None
     strategy: str = DEFAULT_STRATEGY
     warm: bool = True
+    finalists: int = 8
+    rounds: int = 10
+
+    def task_options(self, trials: int, finalists: int = 0) -> TuneOptions:
+        """The options of one job of a task: a round of ``trials``, or (0 trials) the timing
+        again of its ``finalists``."""
+        return TuneOptions(
+            trials=trials,
+            batch_size=self.batch_size,
+            seed=self.seed,
+            strategy=self.strategy,
+            warm=self.warm,
+            finalists=finalists,
+            rounds=self.rounds,
+        )
 
 
 @dataclass(frozen=True)
 class TaskOutcome:
     """What became of one task: the trials it was given this run, the records of the log it
-    reused instead (0: tuned here), its best and untuned latencies, and why it keeps the default
-    schedule if it does."""
+    reused instead (0: tuned here), its best and untuned latencies, why it keeps the default
+    schedule if it does, and how many of its fastest candidates were timed again (0: none)."""
 
     name: str
     workload_key: str | None
@@ -71,6 +89,7 @@ class TaskOutcome:
     best_secs: float | None
     baseline_secs: float | None
     default_schedule: str | None
+    finalists: int = 0
 
     def as_json(self) -> dict[str, object]:
         return {
@@ -82,6 +101,7 @@ class TaskOutcome:
             "best_latency_us": _us(self.best_secs),
             "untuned_latency_us": _us(self.baseline_secs),
             "default_schedule": self.default_schedule,
+            "finalists": self.finalists,
         }
 
 
@@ -139,7 +159,8 @@ CANNOT_SCHEDULE = "MetaSchedule cannot schedule it"
 
 
 RoundCallback = Callable[[str, int, int], None]
-"""Called before each round: the task's name, its trials this round, the budget left."""
+"""Called before each round: the task's name, its trials this round, the budget left; and with
+0 trials and 0 left, before the task's fastest candidates are timed again."""
 
 
 def tune_model(
@@ -158,7 +179,10 @@ def tune_model(
 
     Tasks the log tuned enough already are reused (see `plan_tasks`). Each round is its own job
     in the log, so an interrupted run keeps every completed round; a task's search session stays
-    open between its rounds, so each round continues its population and cost model.
+    open between its rounds, so each round continues its population and cost model. A round
+    keeps its fastest single shot; once the budget is spent, the ``options.finalists`` fastest
+    candidates of each task tuned here are timed again, side by side, in a job of their own
+    (`autosched.tuner.retime_finalists`), and the re-timed winner becomes the task's best.
 
     Raises:
         OutputMismatch: the compiled model's outputs differ from the framework's.
@@ -187,14 +211,7 @@ def tune_model(
                 target,
                 log,
                 measurer,
-                TuneOptions(
-                    trials=planned.trials,
-                    batch_size=options.batch_size,
-                    seed=options.seed,
-                    strategy=options.strategy,
-                    warm=options.warm,
-                    finalists=0,
-                ),
+                options.task_options(planned.trials),
                 stop=stop,
                 sessions=sessions,
             )
@@ -208,14 +225,48 @@ def tune_model(
         if report.stop_reason is not None:
             scheduler.finish(planned.index)
     allocation = dict(zip(plan.tunable, scheduler.allocation, strict=True))
+    tuned = [i for i in plan.tunable if allocation[i] and i not in failed]
+    retimed = _retime_tasks(tasks, tuned, target, log, measurer, options, on_round, stop)
     schedules, outcomes = task_outcomes(
         log, tasks, target, failed=failed, allocation=allocation, reused=plan.reused
+    )
+    outcomes = tuple(
+        replace(outcome, finalists=retimed.get(i, 0)) for i, outcome in enumerate(outcomes)
     )
     executable = compile_model(model, schedules, target)
     check = check_outputs(model, executable, target)
     report = ModelTuneReport(model.name, target, outcomes, check, time.perf_counter() - started)
     record_tuned_model(log, model, stored_target.id, report)
     return report
+
+
+def _retime_tasks(
+    tasks: Sequence[ModelTask],
+    indices: Sequence[int],
+    target: dict,
+    log: TuningLog,
+    measurer: Measurer,
+    options: ModelTuneOptions,
+    on_round: RoundCallback | None,
+    stop: threading.Event | None,
+) -> dict[int, int]:
+    """Time the fastest candidates of the tasks at ``indices`` again; returns how many each
+    re-timed, by index."""
+    retimed: dict[int, int] = {}
+    if options.finalists < 2:
+        return retimed
+    for index in indices:
+        workload = tasks[index].workload
+        assert workload is not None  # only tasks with a workload are tuned
+        if on_round is not None:
+            on_round(tasks[index].name, 0, 0)
+        if stop is not None and stop.is_set():
+            raise Cancelled("tuning was stopped")
+        finalists = retime_finalists(
+            workload, target, log, measurer, options.task_options(0, options.finalists)
+        )
+        retimed[index] = len(finalists)
+    return retimed
 
 
 @dataclass(frozen=True)

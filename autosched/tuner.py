@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from autosched.costmodel.base import CostModel
@@ -207,7 +208,7 @@ def tune(
         )
         session.learn((p.program_hash, r) for p, r in zip(proposals, results, strict=True))
 
-    try:
+    with _ending_on_error(jobs, job_id):
         if kept is not None:
             session = kept.session
             session.catch_up(history)
@@ -242,12 +243,6 @@ def tune(
         finalists = _retime_finalists(
             log, measurer, workload, (workload_id, target_id), job_id, device_id, options
         )
-    except (Cancelled, KeyboardInterrupt):
-        jobs.end_job(job_id, JobStatus.INTERRUPTED)
-        raise
-    except Exception:
-        jobs.end_job(job_id, JobStatus.FAILED)
-        raise
     jobs.end_job(job_id, JobStatus.FINISHED, session.stop_reason)
     if sessions is not None:
         sessions.keep(session_key, OpenSession(session, started_from))
@@ -294,16 +289,23 @@ def retime_finalists(
         strategy=options.strategy,
         seed=options.seed,
     )
-    try:
+    with _ending_on_error(jobs, job_id):
         finalists = _retime_finalists(log, measurer, workload, subject, job_id, device_id, options)
+    jobs.end_job(job_id, JobStatus.FINISHED)
+    return finalists
+
+
+@contextmanager
+def _ending_on_error(jobs: JobStore, job_id: int) -> Iterator[None]:
+    """End the job as interrupted (stopped) or failed (any other error) if the block raises."""
+    try:
+        yield
     except (Cancelled, KeyboardInterrupt):
         jobs.end_job(job_id, JobStatus.INTERRUPTED)
         raise
     except Exception:
         jobs.end_job(job_id, JobStatus.FAILED)
         raise
-    jobs.end_job(job_id, JobStatus.FINISHED)
-    return finalists
 
 
 def _retime_finalists(

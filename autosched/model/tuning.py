@@ -58,8 +58,8 @@ class ModelTuneOptions:
     seed: int | None = None
     strategy: str = DEFAULT_STRATEGY
     warm: bool = True
-    finalists: int = 8
-    rounds: int = 10
+    finalists: int = TuneOptions.finalists
+    rounds: int = TuneOptions.rounds
 
     def task_options(self, trials: int, finalists: int = 0) -> TuneOptions:
         """The options of one job of a task: a round of ``trials``, or (0 trials) the timing

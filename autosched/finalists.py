@@ -5,7 +5,9 @@ Every candidate of a search is timed once, on a few repeats; on a shared machine
 those single shots is often a lucky one. At the end of a run the finalists are timed again in
 rounds (each round times every finalist once, in a rotated order, so a slow spell of the machine
 falls on all of them alike). The winner has the lowest re-timed median; a finalist whose interval
-overlaps the winner's is a tie: the measurements cannot tell them apart.
+overlaps the winner's is a tie: the measurements cannot tell them apart. The untuned program
+enters every final as the reference: a speed-up is then two medians of one timing, and where
+no tuned candidate beats it, the untuned program wins.
 """
 
 from __future__ import annotations
@@ -124,3 +126,12 @@ def rank_finalists(
         )
         for (entrant, taken), interval in zip(timed, intervals, strict=True)
     ]
+
+
+def side_by_side(finalists: Sequence[Finalist], reference_trace: str) -> tuple[float, float] | None:
+    """The winner's and the reference's (the program of ``reference_trace``) re-timed medians,
+    where the reference was timed in the same final; None otherwise."""
+    reference = next((f for f in finalists if f.trace_json == reference_trace), None)
+    if not finalists or reference is None:
+        return None
+    return finalists[0].median_secs, reference.median_secs

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from autosched.costmodel.base import CostModel
 from autosched.costmodel.shared import starting_model
 from autosched.errors import Cancelled
-from autosched.finalists import Entrant, Finalist, rank_finalists
+from autosched.finalists import Entrant, Finalist, rank_finalists, side_by_side
 from autosched.log import TuningLog
 from autosched.log.costmodels import ModelInfo
 from autosched.log.finalists import FinalistStore
@@ -26,6 +26,7 @@ from autosched.measure import CorrectnessGate, Measurer, Retimer
 from autosched.neighbours import NeighbourSeeds, starting_records
 from autosched.records import CandidateResult, JobStatus, RecordView
 from autosched.replay import check_not_source
+from autosched.schedule import BASELINE_TRACE
 from autosched.search.base import Proposal
 from autosched.search.registry import DEFAULT_STRATEGY, SearchJob
 from autosched.search.session import SearchSession, start_session
@@ -63,7 +64,9 @@ class Progress:
 
 @dataclass(frozen=True)
 class TuneReport:
-    """What `autosched tune` prints at the end."""
+    """What `autosched tune` prints at the end. After a final that re-timed the untuned program
+    with the finalists, the best and untuned latencies are their re-timed medians, side by side;
+    otherwise single measurements of the search."""
 
     workload_key: str
     workload_name: str
@@ -246,6 +249,10 @@ def tune(
     jobs.end_job(job_id, JobStatus.FINISHED, session.stop_reason)
     if sessions is not None:
         sessions.keep(session_key, OpenSession(session, started_from))
+    best, baseline = side_by_side(finalists, BASELINE_TRACE) or (
+        finalists[0].first_median_secs if finalists else gate.best,
+        session.baseline_latency,
+    )
     return TuneReport(
         workload_key=workload.key,
         workload_name=workload.name,
@@ -253,8 +260,8 @@ def tune(
         job_id=job_id,
         trials=progress.trials_done,
         failed=progress.failed,
-        best_latency_secs=finalists[0].first_median_secs if finalists else gate.best,
-        baseline_latency_secs=session.baseline_latency,
+        best_latency_secs=best,
+        baseline_latency_secs=baseline,
         flops=workload.flops,
         wall_secs=time.perf_counter() - started,
         cost_model=started_from,
@@ -317,9 +324,10 @@ def _retime_finalists(
     device_id: int,
     options: TuneOptions,
 ) -> list[Finalist]:
-    """Time the ``options.finalists`` fastest correct candidates of the workload and target
-    again, side by side, and make the one with the lowest re-timed median the best record
-    (``autosched.finalists``); none where the measurer cannot re-time (a replay of a log).
+    """Time the ``options.finalists`` fastest correct tuned candidates of the workload and target
+    again, side by side with the untuned program, and make the one with the lowest re-timed
+    median the best record (``autosched.finalists``); none where the measurer cannot re-time (a
+    replay of a log).
 
     A candidate whose output was never checked is checked first; one that fails is left out, one
     that passes has its measurement marked verified, as every best record's is.
@@ -330,16 +338,24 @@ def _retime_finalists(
         (r for r in log.records(*subject) if r.median_secs is not None and r.error_kind is None),
         key=lambda record: record.median_secs or 0.0,
     )
-    entrants: list[Entrant] = []
     checked: set[str] = set()
+
+    def entrant(record: RecordView) -> Entrant | None:
+        if not record.verified:
+            if measurer.verify(workload.ref, record.trace_json, options.seed or 0) is not None:
+                return None
+            checked.add(record.program_hash)
+        return Entrant(record.program_hash, record.trace_json, record.median_secs or 0.0)
+
+    entrants: list[Entrant] = []
     for record in timed:
         if len(entrants) == options.finalists:
             break
-        if not record.verified:
-            if measurer.verify(workload.ref, record.trace_json, options.seed or 0) is not None:
-                continue
-            checked.add(record.program_hash)
-        entrants.append(Entrant(record.program_hash, record.trace_json, record.median_secs or 0.0))
+        if record.trace_json != BASELINE_TRACE and (entered := entrant(record)) is not None:
+            entrants.append(entered)
+    untuned = next((r for r in timed if r.trace_json == BASELINE_TRACE), None)
+    if untuned is not None and (reference := entrant(untuned)) is not None:
+        entrants.append(reference)
     if len(entrants) < 2:
         return []
     samples = measurer.retime(workload.ref, [e.trace_json for e in entrants], options.rounds)

@@ -9,7 +9,13 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from autosched.finalists import Entrant, Interval, median_interval, rank_finalists
+from autosched.finalists import (
+    Entrant,
+    Interval,
+    median_interval,
+    rank_finalists,
+    side_by_side,
+)
 from autosched.log import TuningLog
 from autosched.log.finalists import FinalistStore
 from autosched.measure import LocalMeasurer, MeasureConfig
@@ -87,6 +93,14 @@ def test_finalists_rank_by_their_re_timed_median_and_overlaps_tie() -> None:
     assert rank_finalists(entrants[3:], samples[3:]) == []
 
 
+def test_a_speed_up_is_read_off_one_final_where_the_reference_was_timed_in_it() -> None:
+    entrants = [Entrant("tuned", "trace-t", 1.0), Entrant("untuned", "trace-u", 9.0)]
+    ranked = rank_finalists(entrants, [[1.2] * 6, [8.0] * 6])
+    assert side_by_side(ranked, "trace-u") == (1.2, 8.0)
+    assert side_by_side(ranked, "trace-elsewhere") is None
+    assert side_by_side([], "trace-u") is None
+
+
 @pytest.mark.slow  # builds and times two programs
 def test_retiming_records_every_round_for_each_candidate_built() -> None:
     workload = get_workload("matmul", {"M": 64, "N": 64, "K": 64})
@@ -145,10 +159,13 @@ def test_a_tuning_run_chooses_its_best_by_the_re_timed_median_and_logs_every_sam
         finally:
             measurer.close()
         finalists = report.finalists
-        assert 2 <= len(finalists) <= 4
+        tuned = [f for f in finalists if f.trace_json != BASELINE_TRACE]
+        (untuned,) = [f for f in finalists if f.trace_json == BASELINE_TRACE]  # the reference
+        assert 2 <= len(tuned) <= 4 and len(finalists) == len(tuned) + 1
         assert all(len(finalist.samples) == 6 for finalist in finalists)
         assert [f.median_secs for f in finalists] == sorted(f.median_secs for f in finalists)
-        assert report.best_latency_secs == finalists[0].first_median_secs
+        assert report.best_latency_secs == finalists[0].median_secs
+        assert report.baseline_latency_secs == untuned.median_secs
         assert FinalistStore(log).of_job(report.job_id) == list(finalists)
         workload_info = log.find_workload(workload.key)
         target_info = log.find_target(target_key(target))
@@ -156,9 +173,13 @@ def test_a_tuning_run_chooses_its_best_by_the_re_timed_median_and_logs_every_sam
         best = log.best(workload_info.id, target_info.id)
         assert best is not None and best.program_hash == finalists[0].program_hash
         records = log.records(workload_info.id, target_info.id)
-        single_shot = sorted(r.median_secs for r in records if r.median_secs is not None)
-        # every candidate here computes correctly: the finalists are the fastest single shots
-        assert sorted(f.first_median_secs for f in finalists) == single_shot[: len(finalists)]
+        single_shot = sorted(
+            r.median_secs
+            for r in records
+            if r.median_secs is not None and r.trace_json != BASELINE_TRACE
+        )
+        # every candidate here computes correctly: the tuned finalists are the fastest single shots
+        assert sorted(f.first_median_secs for f in tuned) == single_shot[: len(tuned)]
         (row,) = log.summary()  # as `autosched log` lists it
         assert row.retimed_secs == finalists[0].median_secs
         assert (row.retimed_low_secs, row.retimed_high_secs) == (

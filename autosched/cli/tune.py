@@ -206,7 +206,8 @@ def _print_report(report: TuneReport) -> None:
         table.add_row(
             "re-timed",
             f"{us(winner.median_secs)} (interval {us(winner.interval.low)} - "
-            f"{us(winner.interval.high)}, {len(winner.samples)} samples)",
+            f"{us(winner.interval.high)}, {len(winner.samples)} samples; first timed "
+            f"{us(winner.first_median_secs)})",
         )
     if report.gflops is not None:
         table.add_row("throughput", f"{report.gflops:.1f} GFLOP/s")

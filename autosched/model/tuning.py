@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from autosched.errors import Cancelled
+from autosched.finalists import Finalist, side_by_side
 from autosched.log import TuningLog
 from autosched.log.jobs import JobStore
 from autosched.log.subjects import ensure_subject, ensure_target
@@ -78,8 +79,9 @@ class ModelTuneOptions:
 @dataclass(frozen=True)
 class TaskOutcome:
     """What became of one task: the trials it was given this run, the records of the log it
-    reused instead (0: tuned here), its best and untuned latencies, why it keeps the default
-    schedule if it does, and how many of its fastest candidates were timed again (0: none)."""
+    reused instead (0: tuned here), its best and untuned latencies (re-timed side by side when
+    its final timed both, else the log's single measurements), why it keeps the default
+    schedule if it does, and how many of its candidates its final timed again (0: none)."""
 
     name: str
     workload_key: str | None
@@ -231,7 +233,8 @@ def tune_model(
         log, tasks, target, failed=failed, allocation=allocation, reused=plan.reused
     )
     outcomes = tuple(
-        replace(outcome, finalists=retimed.get(i, 0)) for i, outcome in enumerate(outcomes)
+        _with_final(outcome, retimed[i]) if i in retimed else outcome
+        for i, outcome in enumerate(outcomes)
     )
     executable = compile_model(model, schedules, target)
     check = check_outputs(model, executable, target)
@@ -249,10 +252,10 @@ def _retime_tasks(
     options: ModelTuneOptions,
     on_round: RoundCallback | None,
     stop: threading.Event | None,
-) -> dict[int, int]:
-    """Time the fastest candidates of the tasks at ``indices`` again; returns how many each
-    re-timed, by index."""
-    retimed: dict[int, int] = {}
+) -> dict[int, list[Finalist]]:
+    """Time the fastest candidates of the tasks at ``indices`` again; returns the finalists of
+    each task re-timed, by index."""
+    retimed: dict[int, list[Finalist]] = {}
     if options.finalists < 2:
         return retimed
     for index in indices:
@@ -262,11 +265,20 @@ def _retime_tasks(
             on_round(tasks[index].name, 0, 0)
         if stop is not None and stop.is_set():
             raise Cancelled("tuning was stopped")
-        finalists = retime_finalists(
+        retimed[index] = retime_finalists(
             workload, target, log, measurer, options.task_options(0, options.finalists)
         )
-        retimed[index] = len(finalists)
     return retimed
+
+
+def _with_final(outcome: TaskOutcome, finalists: Sequence[Finalist]) -> TaskOutcome:
+    """``outcome`` after its task's final: its best and untuned latencies the re-timed medians
+    of the winner and of the untuned program, where the final timed both."""
+    timings = side_by_side(finalists, BASELINE_TRACE)
+    if timings is None:
+        return replace(outcome, finalists=len(finalists))
+    best, untuned = timings
+    return replace(outcome, finalists=len(finalists), best_secs=best, baseline_secs=untuned)
 
 
 @dataclass(frozen=True)

@@ -115,7 +115,7 @@ def _print_model_report(report: ModelTuneReport) -> None:
             us(task.best_secs),
             str(task.finalists) if task.finalists else "-",
             us(task.baseline_secs),
-            "tuned" if task.default_schedule is None else "default",
+            task.schedule,
         )
     _out.print(table)
     for task in report.tasks:

@@ -92,6 +92,15 @@ class TaskOutcome:
     baseline_secs: float | None
     default_schedule: str | None
     finalists: int = 0
+    untuned_best: bool = False  # the untuned program beat every tuned candidate
+
+    @property
+    def schedule(self) -> str:
+        """What the task compiles with: "tuned", "untuned" (its own program won) or "default"
+        (TVM's default schedule: it was not tuned)."""
+        if self.default_schedule is not None:
+            return "default"
+        return "untuned" if self.untuned_best else "tuned"
 
     def as_json(self) -> dict[str, object]:
         return {
@@ -103,6 +112,7 @@ class TaskOutcome:
             "best_latency_us": _us(self.best_secs),
             "untuned_latency_us": _us(self.baseline_secs),
             "default_schedule": self.default_schedule,
+            "schedule": self.schedule,
             "finalists": self.finalists,
         }
 
@@ -384,6 +394,7 @@ def _outcome(
         best_secs=None if record is None else record.median_secs,
         baseline_secs=baseline_secs,
         default_schedule=schedule.reason,
+        untuned_best=record is not None and record.trace_json == BASELINE_TRACE,
     )
 
 

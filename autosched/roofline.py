@@ -20,18 +20,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
-import tvm
-from tvm.script import tirx as T
 
 from autosched.cpu import cpu_peak
 from autosched.errors import UserError
-from autosched.target import canonical_target, target_key, target_kind, to_tvm_target
+from autosched.fmaloop import FmaRate, FmaRateRequest, fma_loop_shape
+from autosched.measure.child import ChildProcess
+from autosched.target import canonical_target, target_key, target_kind, thread_env
 
-# The FMA loop: per core, independent chains of vector FMAs, one vector register each (enough to
-# cover FMA latency on two ports and few enough for AVX2's 16 registers), run long enough that loop
-# overhead and thread start-up vanish.
-_FMA_CHAINS = 10
-_FMA_STEPS = 200_000
+_FMA_STEPS = 200_000  # long enough that loop overhead and thread start-up vanish
+_FMA_TIMEOUT_SECS = 120.0  # its compilation and repeats, in the measuring process
 _MATMUL_SIZE = 2048
 _COPY_BYTES = 1 << 28  # 256 MiB, far beyond any cache
 _REPEATS = 5
@@ -96,18 +93,25 @@ def calibrate(target: dict, attempts: int = _ATTEMPTS) -> Calibration:
     """
     if target_kind(target) != "llvm":
         raise UserError("calibrate measures the CPU; use an llvm target")
-    cores, lanes = fma_loop_shape(target)
+    cores, _ = fma_loop_shape(target)
     theory = cpu_peak(cores)
     fma = matmul = bandwidth = 0.0
     load: float | None = None
-    for _ in range(attempts):
-        with _other_processes_load() as measured:
-            fma = max(fma, _fma_gflops(target, cores, lanes))
-            matmul = max(matmul, _matmul_gflops())
-            bandwidth = max(bandwidth, _copy_gbs())
-        load = measured()
-        if load is None or load < _BUSY_CORES:
-            break
+    runner = ChildProcess(env=thread_env(canonical_target(target)))
+    try:
+        _fma_rate(runner, target)  # the measuring process started, outside the load's window
+        for _ in range(attempts):
+            with _other_processes_load() as window:
+                rate = _fma_rate(runner, target)
+                window.ours += rate.cpu_secs
+                fma = max(fma, rate.gflops)
+                matmul = max(matmul, _matmul_gflops())
+                bandwidth = max(bandwidth, _copy_gbs())
+            load = window.cores
+            if load is None or load < _BUSY_CORES:
+                break
+    finally:
+        runner.close()
     return Calibration(
         peak_gflops=max(fma, matmul),
         bandwidth_gbs=bandwidth,
@@ -181,55 +185,11 @@ def _best_secs(run: Callable[[], object]) -> float:
     return min(samples)
 
 
-def fma_loop_shape(target: dict) -> tuple[int, int]:
-    """The cores (the target's) and float32 vector lanes (this CPU's widest) of ``target``'s FMA
-    loop; 8 lanes where the CPU is not one we know."""
-    cores = int(canonical_target(target).get("num-cores") or os.cpu_count() or 1)
-    theory = cpu_peak(cores)
-    return cores, theory.lanes if theory is not None else 8
-
-
-def fma_loop(cores: int, lanes: int, steps: int) -> tvm.IRModule:
-    """The FMA loop: on each of ``cores`` cores in parallel, independent chains of vector FMAs of
-    ``lanes`` float32 lanes, ``steps`` FMAs per chain; its ``main`` writes each chain's last value
-    to its one argument, of shape (cores, chains, lanes). It does ``fma_loop_flops`` of work."""
-    shape = (cores, _FMA_CHAINS, lanes)
-
-    @T.prim_func
-    def main(out: T.Buffer(shape, "float32")):
-        for core in T.parallel(cores):
-            acc = T.decl_buffer((_FMA_CHAINS, lanes), "float32", scope="local")
-            for chain in T.unroll(_FMA_CHAINS):
-                for lane in T.vectorized(lanes):
-                    acc[chain, lane] = T.Cast("float32", chain + lane) * T.float32(0.001)
-            for _step in range(steps):
-                for chain in T.unroll(_FMA_CHAINS):
-                    for lane in T.vectorized(lanes):
-                        acc[chain, lane] = T.fma(
-                            acc[chain, lane], T.float32(0.999), T.float32(0.001)
-                        )
-            for chain in T.unroll(_FMA_CHAINS):
-                for lane in T.vectorized(lanes):
-                    out[core, chain, lane] = acc[chain, lane]
-
-    return tvm.IRModule({"main": main})
-
-
-def fma_loop_flops(cores: int, lanes: int, steps: int) -> int:
-    """The floating-point operations of one call of ``fma_loop(cores, lanes, steps)``."""
-    return 2 * cores * _FMA_CHAINS * lanes * steps
-
-
-def fma_loop_output(cores: int, lanes: int) -> tvm.runtime.Tensor:
-    """An argument for ``fma_loop``'s ``main``."""
-    return tvm.runtime.empty((cores, _FMA_CHAINS, lanes), "float32", tvm.cpu())
-
-
-def _fma_gflops(target: dict, cores: int, lanes: int) -> float:
-    module = tvm.compile(fma_loop(cores, lanes, _FMA_STEPS), target=to_tvm_target(target)).jit()
-    timer = module.time_evaluator("main", tvm.cpu(), number=1, repeat=_REPEATS)
-    secs = min(timer(fma_loop_output(cores, lanes)).results)
-    return float(fma_loop_flops(cores, lanes, _FMA_STEPS) / secs / 1e9)
+def _fma_rate(runner: ChildProcess, target: dict) -> FmaRate:
+    """The FMA loop's rate, timed in ``runner``: a process whose TVM thread pool is as wide as
+    the target's cores (this process's pool may be narrower, and cannot be widened once it has
+    started)."""
+    return runner.call(FmaRateRequest(target, _FMA_STEPS, _REPEATS), _FMA_TIMEOUT_SECS)
 
 
 def _matmul_gflops() -> float:
@@ -245,19 +205,28 @@ def _copy_gbs() -> float:
     return 2 * _COPY_BYTES / _best_secs(lambda: np.copyto(destination, source)) / 1e9
 
 
+@dataclass
+class _LoadWindow:
+    """The CPU time that processes other than ours took within a window, as cores kept busy on
+    average (``cores``; None without /proc/stat, or until the window closed). ``ours`` adds the
+    CPU seconds of measuring processes of ours to this process's own."""
+
+    ours: float = 0.0
+    cores: float | None = None
+
+
 @contextmanager
-def _other_processes_load() -> Iterator[Callable[[], float | None]]:
-    """Within the block, the CPU time that processes other than this one took, as cores kept
-    busy on average; the callable gives it once the block ended (None without /proc/stat)."""
+def _other_processes_load() -> Iterator[_LoadWindow]:
+    """A `_LoadWindow` over the block."""
     busy_before, own_before, wall_before = _busy_secs(), time.process_time(), time.monotonic()
-    result: list[float | None] = [None]
-    yield lambda: result[0]
+    window = _LoadWindow()
+    yield window
     busy_after = _busy_secs()
     if busy_before is None or busy_after is None:
         return
-    own = time.process_time() - own_before
+    own = time.process_time() - own_before + window.ours
     wall = time.monotonic() - wall_before
-    result[0] = max(0.0, (busy_after - busy_before - own) / wall) if wall > 0 else None
+    window.cores = max(0.0, (busy_after - busy_before - own) / wall) if wall > 0 else None
 
 
 def _busy_secs() -> float | None:

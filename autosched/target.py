@@ -134,6 +134,18 @@ def target_kind(target: dict) -> str:
     return str(to_tvm_target(target).kind.name)
 
 
+def thread_env(target: dict) -> dict[str, str]:
+    """The environment of a process that times programs of ``target``: on a CPU target, TVM's
+    thread pool as wide as the target's cores. Left alone, TVM takes half the logical CPUs (it
+    assumes two hyperthreads a core), one thread on a 2-vCPU machine whose vCPUs are two cores;
+    the pool reads the variable once, as it starts, so it must be set before the process runs
+    a parallel program."""
+    cores = target.get("num-cores")
+    if target.get("kind") != "llvm" or not isinstance(cores, int) or cores < 1:
+        return {}
+    return {"TVM_NUM_THREADS": str(cores)}
+
+
 def target_family(target: dict) -> str:
     """The family of targets that share one cost model: the kind and the processor it names.
 

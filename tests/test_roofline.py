@@ -8,11 +8,13 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
 from autosched import cpu, roofline
 from autosched.cpu import cpu_peak
+from autosched.fmaloop import FmaRate, FmaRateRequest
 from autosched.roofline import Calibration, describe_calibration, load_calibration
 from autosched.target import host_target, target_key
 
@@ -123,10 +125,43 @@ def test_another_process_busy_meanwhile_is_seen_as_load() -> None:
     burner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     try:
         time.sleep(0.3)  # until it runs
-        with roofline._other_processes_load() as measured:
+        with roofline._other_processes_load() as window:
             time.sleep(1.0)
     finally:
         burner.kill()
         burner.wait()
-    load = measured()
-    assert load is not None and load >= 0.5  # one core of two, or all of one
+    assert window.cores is not None and window.cores >= 0.5  # one core of two, or all of one
+
+
+class RecordingRunner:
+    """Stands in for the measuring process: records its environment, answers the FMA loop."""
+
+    started: ClassVar[list[dict[str, str]]] = []
+
+    def __init__(self, *, env: dict[str, str]) -> None:
+        self.started.append(env)
+
+    def call(self, request: FmaRateRequest, timeout_secs: float) -> FmaRate:
+        assert isinstance(request, FmaRateRequest) and timeout_secs > 0
+        return FmaRate(gflops=321.0, cpu_secs=0.5)
+
+    def close(self) -> None:
+        pass
+
+
+def test_the_fma_loop_is_timed_in_a_process_whose_threads_span_the_targets_cores(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # this process's TVM pool may be one thread wide (half the logical CPUs) and cannot widen
+    monkeypatch.setattr(RecordingRunner, "started", [])
+    monkeypatch.setattr(roofline, "ChildProcess", RecordingRunner)
+    monkeypatch.setattr(roofline, "_matmul_gflops", lambda: 123.0)
+    monkeypatch.setattr(roofline, "_copy_gbs", lambda: 20.0)
+    calibration = roofline.calibrate({**host_target(), "num-cores": 2}, attempts=1)
+    assert RecordingRunner.started == [{"TVM_NUM_THREADS": "2"}]
+    assert calibration.fma_gflops == calibration.peak_gflops == 321.0
+
+
+def test_the_fma_loop_reports_its_rate_and_the_cpu_time_it_took() -> None:
+    rate = FmaRateRequest(host_target(), steps=2000, repeats=2).execute()
+    assert rate.gflops > 0 and rate.cpu_secs > 0

@@ -24,6 +24,7 @@ from autosched.measure.config import MeasureConfig
 from autosched.measure.program import BuildRequest, Built, RoundRequest, RunRequest, VerifyRequest
 from autosched.measure.spells import ControlRequest, SpellWatch
 from autosched.records import ErrorKind, MeasureResult, WorkloadRef
+from autosched.target import thread_env
 
 
 class Measurer(Protocol):
@@ -70,16 +71,6 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
-def _runner_env(target: dict) -> dict[str, str]:
-    """The environment of the process that times candidates: on a CPU target, TVM's thread pool
-    as wide as the target's cores. Left alone, TVM takes half the logical CPUs (it assumes two
-    hyperthreads a core), one thread on a 2-vCPU machine whose vCPUs are two cores."""
-    cores = target.get("num-cores")
-    if target.get("kind") != "llvm" or not isinstance(cores, int) or cores < 1:
-        return {}
-    return {"TVM_NUM_THREADS": str(cores)}
-
-
 def _failure(kind: ErrorKind, message: str, started_at: datetime, **extra: float) -> MeasureResult:
     return MeasureResult(
         error_kind=kind, error_msg=message, started_at=started_at, finished_at=_now(), **extra
@@ -115,7 +106,7 @@ class LocalMeasurer:
         ]
         for builder in self._all_builders:
             self._builders.put(builder)
-        self._runner = ChildProcess(env=_runner_env(target), max_requests=limit, limits=limits)
+        self._runner = ChildProcess(env=thread_env(target), max_requests=limit, limits=limits)
         watched = target.get("kind") == "llvm" and self._config.watch_spells
         self._spells = SpellWatch(self._time_control) if watched else None
         self._control_fails = False

@@ -7,7 +7,7 @@ virtual CPUs away; a spell lasts seconds, longer than a candidate's timing, so i
 save it. A good program timed in a spell ranks as a bad one, and the search never returns to it.
 
 So a CPU measurer times a control between every ``CONTROL_EVERY`` candidates: a fixed amount of
-parallel work on every core (the calibration's FMA loop, ``autosched.roofline.fma_loop``). The
+parallel work on every core (the calibration's FMA loop, ``autosched.fmaloop``). The
 fastest control of the measurer's life is the machine at its quiet speed; a control slower than
 ``SLOW_SPELL`` times that marks the candidates timed next to it as timed in a spell, and they are
 timed again (at most ``RETIMES`` more times), keeping for each the timing between quiet controls,
@@ -26,8 +26,8 @@ from dataclasses import dataclass
 
 import tvm
 
+from autosched.fmaloop import fma_loop, fma_loop_output, fma_loop_shape
 from autosched.records import MeasureResult
-from autosched.roofline import fma_loop, fma_loop_output, fma_loop_shape
 from autosched.target import to_tvm_target
 
 CONTROL_EVERY = 4  # candidates timed between two controls

@@ -9,6 +9,7 @@ thread pool spans the target's cores (`autosched.target.thread_env`), or it meas
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from dataclasses import dataclass
@@ -67,6 +68,21 @@ def fma_loop_output(cores: int, lanes: int) -> tvm.runtime.Tensor:
     return tvm.runtime.empty((cores, _FMA_CHAINS, lanes), "float32", tvm.cpu())
 
 
+# per process: the FMA loops built here, by target (its JSON) and steps, with their argument
+_built: dict[tuple[str, int], tuple[tvm.runtime.Module, tvm.runtime.Tensor]] = {}
+
+
+def built_fma_loop(target: dict, steps: int) -> tuple[tvm.runtime.Module, tvm.runtime.Tensor]:
+    """``target``'s FMA loop of ``steps`` FMAs a chain, built for this process on first use,
+    and an argument for it."""
+    key = (json.dumps(target, sort_keys=True), steps)
+    if key not in _built:
+        cores, lanes = fma_loop_shape(target)
+        module = tvm.compile(fma_loop(cores, lanes, steps), target=to_tvm_target(target)).jit()
+        _built[key] = module, fma_loop_output(cores, lanes)
+    return _built[key]
+
+
 @dataclass(frozen=True)
 class FmaRate:
     """The FMA loop's rate, and the CPU time the process that measured it took to do so."""
@@ -86,11 +102,10 @@ class FmaRateRequest:
 
     def execute(self) -> FmaRate:
         started = time.process_time()
-        cores, lanes = fma_loop_shape(self.target)
-        loop = fma_loop(cores, lanes, self.steps)
-        module = tvm.compile(loop, target=to_tvm_target(self.target)).jit()
+        module, out = built_fma_loop(self.target, self.steps)
         timer = module.time_evaluator("main", tvm.cpu(), number=1, repeat=self.repeats)
-        secs = min(timer(fma_loop_output(cores, lanes)).results)
+        secs = min(timer(out).results)
+        cores, lanes = fma_loop_shape(self.target)
         gflops = fma_loop_flops(cores, lanes, self.steps) / secs / 1e9
         time.sleep(_POOL_SETTLE_SECS)
         return FmaRate(float(gflops), time.process_time() - started)

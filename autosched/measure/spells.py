@@ -18,7 +18,6 @@ alone, does not see contention for the caches and memory.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 from collections.abc import Callable, Sequence
@@ -26,9 +25,8 @@ from dataclasses import dataclass
 
 import tvm
 
-from autosched.fmaloop import fma_loop, fma_loop_output, fma_loop_shape
+from autosched.fmaloop import built_fma_loop
 from autosched.records import MeasureResult
-from autosched.target import to_tvm_target
 
 CONTROL_EVERY = 4  # candidates timed between two controls
 SLOW_SPELL = 1.25  # a control this many times slower than the quiet one marks a spell
@@ -37,8 +35,6 @@ _CONTROL_STEPS = 20_000  # FMAs per chain of one call of the control: tens of mi
 _CONTROL_MS = 20  # one timing of the control lasts at least this long
 
 _LOG = logging.getLogger(__name__)
-# per measuring process: the control compiled for a target (by its JSON), and its argument
-_controls: dict[str, tuple[tvm.runtime.Module, tvm.runtime.Tensor]] = {}
 
 
 @dataclass(frozen=True)
@@ -49,13 +45,7 @@ class ControlRequest:
     target: dict
 
     def execute(self) -> float:
-        key = json.dumps(self.target, sort_keys=True)
-        if key not in _controls:
-            cores, lanes = fma_loop_shape(self.target)
-            loop = fma_loop(cores, lanes, _CONTROL_STEPS)
-            module = tvm.compile(loop, target=to_tvm_target(self.target)).jit()
-            _controls[key] = module, fma_loop_output(cores, lanes)
-        module, out = _controls[key]
+        module, out = built_fma_loop(self.target, _CONTROL_STEPS)
         module["main"](out)
         timer = module.time_evaluator(
             "main", tvm.cpu(), number=1, repeat=1, min_repeat_ms=_CONTROL_MS

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import sqlite3
 import subprocess
@@ -280,6 +281,19 @@ def test_tune_and_log_through_a_database_url(db_url: str, tmp_path: Path, cli: C
     assert row["workload"] == "softmax" and row["trials"] == 1 + report["trials"]
     assert row["best_latency_us"] == pytest.approx(report["best_latency_us"])
     assert not (tmp_path / "autosched.db").exists()
+
+
+@pytest.mark.slow
+def test_the_report_names_the_untuned_program_among_the_finalists(tmp_path: Path, cli: Cli) -> None:
+    result = cli(
+        "tune", "softmax", "-p", "rows=16", "-p", "cols=64", "--trials", "3", "--batch", "3",
+        "--finalists", "2", "--db", f"sqlite:///{tmp_path / 'log.db'}",
+    )  # fmt: skip
+    assert result.code == 0, result.err
+    table = result.out[result.out.index("finalists timed again") :]
+    ranks = [line for line in table.splitlines() if re.match(r"│ \d", line)]  # not wrapped
+    assert len(ranks) == 3  # the two fastest tuned candidates and the untuned program
+    assert sum("untuned" in line for line in ranks) == 1
 
 
 def test_read_only_commands_create_nothing_and_no_command_takes_a_foreign_database(

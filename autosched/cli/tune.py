@@ -224,6 +224,8 @@ def _print_report(report: TuneReport) -> None:
 
 
 def _print_finalists(finalists: Sequence[Finalist]) -> None:
+    from autosched.schedule import BASELINE_TRACE
+
     confidence = min(finalist.interval.confidence for finalist in finalists)
     table = Table(
         "rank", "program", "first us", "re-timed us", f"{confidence:.0%} interval us", "samples",
@@ -232,7 +234,7 @@ def _print_finalists(finalists: Sequence[Finalist]) -> None:
     for rank, finalist in enumerate(finalists, start=1):
         table.add_row(
             str(rank) + (" tie" if finalist.tie and rank > 1 else ""),
-            finalist.program_hash[:12],
+            "untuned" if finalist.trace_json == BASELINE_TRACE else finalist.program_hash[:12],
             f"{finalist.first_median_secs * 1e6:.2f}",
             f"{finalist.median_secs * 1e6:.2f}",
             f"{finalist.interval.low * 1e6:.2f} - {finalist.interval.high * 1e6:.2f}",

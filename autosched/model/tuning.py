@@ -266,7 +266,7 @@ def _retime_tasks(
     """Time the fastest candidates of the tasks at ``indices`` again; returns the finalists of
     each task re-timed, by index."""
     retimed: dict[int, list[Finalist]] = {}
-    if options.finalists < 2:
+    if options.finalists < 1:  # one: the fastest tuned candidate against the untuned program
         return retimed
     for index in indices:
         workload = tasks[index].workload

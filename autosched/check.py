@@ -12,7 +12,7 @@ import numpy as np
 
 from autosched.log import TuningLog
 from autosched.measure import LocalMeasurer, MeasureConfig
-from autosched.schedule import BASELINE_TRACE
+from autosched.records import BASELINE_TRACE
 from autosched.target import canonical_target, target_key
 from autosched.tuner import TuneOptions, tune
 from autosched.workload import Workload, mismatch, random_inputs

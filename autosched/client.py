@@ -20,6 +20,8 @@ from pydantic import BaseModel, ValidationError
 from autosched.errors import Conflict, NotFound, ServiceUnavailable, UserError
 from autosched.protocol import (
     BestPublic,
+    FinalReportPublic,
+    FinalReportRequest,
     HealthPublic,
     JobCreate,
     JobPublic,
@@ -34,11 +36,12 @@ from autosched.protocol import (
     ReportOutcomePublic,
     ReportRequest,
     ResultIn,
+    RetimedIn,
     WorkerPublic,
     WorkerRegister,
     WorkloadsPublic,
 )
-from autosched.records import Lease, ReportedResult, ReportOutcome
+from autosched.records import Lease, ReportedResult, ReportOutcome, RetimedEntrant
 
 API = "/api/v1"
 UPLOAD_TIMEOUT_SECS = 600.0  # a model upload is answered once its tasks are extracted
@@ -186,7 +189,8 @@ class ServiceClient:
         self._send("POST", f"{API}/workers/{worker_id}/heartbeat")
 
     def lease(self, worker_id: int, n: int) -> Lease | None:
-        """Up to ``n`` candidates for the worker's target; ``None`` when nothing is queued."""
+        """A job's final, or up to ``n`` candidates, for the worker's target; ``None`` when
+        nothing is queued."""
         body = LeaseRequest(n=n)
         response = self._send("POST", f"{API}/workers/{worker_id}/leases", body=body)
         if response.status_code == httpx.codes.NO_CONTENT:
@@ -199,6 +203,13 @@ class ServiceClient:
         body = ReportRequest(results=[ResultIn.of(result) for result in results])
         path = f"{API}/workers/{worker_id}/leases/{lease_id}/report"
         return _parse(ReportOutcomePublic, self._send("POST", path, body=body)).to_outcome()
+
+    def report_final(
+        self, worker_id: int, lease_id: int, retimed: Sequence[RetimedEntrant]
+    ) -> bool:
+        body = FinalReportRequest(entrants=[RetimedIn.of(entrant) for entrant in retimed])
+        path = f"{API}/workers/{worker_id}/leases/{lease_id}/final"
+        return _parse(FinalReportPublic, self._send("POST", path, body=body)).taken
 
     def release(self, worker_id: int, lease_id: int) -> int:
         path = f"{API}/workers/{worker_id}/leases/{lease_id}/release"

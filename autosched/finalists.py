@@ -14,10 +14,18 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from autosched.records import BASELINE_TRACE, RecordView
+
 CONFIDENCE = 0.95
+FINALISTS = 8
+"""How many of the fastest tuned candidates enter a final, unless told otherwise."""
+ROUNDS = 10
+"""In how many rounds a final times its entrants, unless told otherwise."""
+MAX_FINALISTS = 64
+MAX_ROUNDS = 1000
 
 
 @dataclass(frozen=True)
@@ -95,6 +103,24 @@ class Entrant:
     program_hash: str
     trace_json: str
     first_median_secs: float
+
+
+def contenders(records: Iterable[RecordView]) -> tuple[list[RecordView], RecordView | None]:
+    """Who may enter a final among the ``records`` of a workload on a target: the tuned
+    candidates that ran without error, fastest single shot first, and the untuned program's
+    record (None: it was never timed, or it failed). A candidate measured more than once (in
+    this log and another's) enters with its fastest record."""
+    fastest: dict[int, RecordView] = {}
+    for record in records:
+        if record.median_secs is None or record.error_kind is not None:
+            continue
+        kept = fastest.get(record.candidate_id)
+        if kept is None or record.median_secs < (kept.median_secs or 0.0):
+            fastest[record.candidate_id] = record
+    timed = sorted(fastest.values(), key=lambda record: record.median_secs or 0.0)
+    tuned = [record for record in timed if record.trace_json != BASELINE_TRACE]
+    untuned = next((record for record in timed if record.trace_json == BASELINE_TRACE), None)
+    return tuned, untuned
 
 
 def rank_finalists(

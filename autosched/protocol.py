@@ -23,20 +23,25 @@ from pydantic import (
     model_validator,
 )
 
-from autosched.finalists import Finalist
+from autosched.finalists import FINALISTS, MAX_FINALISTS, MAX_ROUNDS, ROUNDS, Finalist
 from autosched.model import ROUND_TRIALS
 from autosched.records import (
+    BASELINE_TRACE,
     ErrorKind,
+    FinalEntrant,
+    FinalProgress,
     JobProgress,
     JobStatus,
     Lease,
     LeasedCandidate,
+    LeasedFinal,
     MeasureResult,
     ModelJobProgress,
     ModelTaskProgress,
     RecordView,
     ReportedResult,
     ReportOutcome,
+    RetimedEntrant,
     SummaryRow,
     TargetInfo,
     WorkloadInfo,
@@ -124,6 +129,14 @@ class JobCreate(_Request):
     batch_size: StrictInt = Field(64, ge=1, le=MAX_BATCH)
     strategy: Strategy = DEFAULT_STRATEGY
     seed: StrictInt | None = Field(None, ge=0, le=MAX_ID)
+    finalists: StrictInt = Field(
+        FINALISTS,
+        ge=0,
+        le=MAX_FINALISTS,
+        description="How many of the fastest candidates one worker times again at the end, "
+        "side by side with the untuned program (0: none).",
+    )
+    rounds: StrictInt = Field(ROUNDS, ge=1, le=MAX_ROUNDS, description="Rounds of that timing.")
 
 
 class WorkloadPublic(BaseModel):
@@ -165,6 +178,7 @@ class FinalistPublic(BaseModel):
     confidence: float
     samples: list[float]
     tie: bool
+    untuned: bool = Field(description="Whether it is the untuned program, the reference.")
 
     @classmethod
     def of(cls, finalist: Finalist) -> FinalistPublic:
@@ -176,6 +190,29 @@ class FinalistPublic(BaseModel):
             confidence=finalist.interval.confidence,
             samples=list(finalist.samples),
             tie=finalist.tie,
+            untuned=finalist.trace_json == BASELINE_TRACE,
+        )
+
+
+class FinalPublic(BaseModel):
+    """The final of a service job: ``pending`` while it searches, ``queued`` and ``leased`` once
+    its trials are measured, then ``timed``, ``skipped`` (fewer than two entrants) or
+    ``failed`` (``reason`` says why); the job ends when its final has."""
+
+    state: Literal["pending", "queued", "leased", "timed", "skipped", "failed"]
+    finalists: int
+    rounds: int
+    reason: str | None
+
+    @classmethod
+    def of(cls, final: FinalProgress) -> FinalPublic:
+        return cls.model_validate(
+            {
+                "state": final.state,
+                "finalists": final.finalists,
+                "rounds": final.rounds,
+                "reason": final.reason,
+            }
         )
 
 
@@ -211,6 +248,9 @@ class JobPublic(BaseModel):
         description="Its fastest candidates timed again at its end, the winner first (one job's "
         "answer only; a list of jobs leaves them out).",
     )
+    final: FinalPublic | None = Field(
+        None, description="Where the timing of its finalists stands (None: it has none)."
+    )
 
     @classmethod
     def of(cls, job: JobProgress, finalists: Sequence[Finalist] = ()) -> JobPublic:
@@ -234,6 +274,7 @@ class JobPublic(BaseModel):
             stop_reason=job.stop_reason,
             baseline_latency_secs=job.baseline_latency_secs,
             finalists=[FinalistPublic.of(finalist) for finalist in finalists],
+            final=None if job.final is None else FinalPublic.of(job.final),
         )
 
 
@@ -296,8 +337,8 @@ class ModelJobCreate(_Request):
 class ModelTaskPublic(BaseModel):
     """A task of a model job: a fused kernel, its weight (calls per run of the model), the
     records it reuses instead of being tuned, its rounds and the trials they measured (its share
-    of the budget), its best and untuned latencies, and why it keeps TVM's default schedule if
-    it does."""
+    of the budget), its best and untuned latencies (once its final has timed both, their two
+    re-timed medians, side by side), and why it keeps TVM's default schedule if it does."""
 
     position: int
     name: str
@@ -382,7 +423,7 @@ class ModelJobPublic(BaseModel):
             reason=job.reason,
             estimated_latency_secs=job.estimated_secs,
             untuned_latency_secs=job.untuned_secs,
-            rounds=len(job.rounds),
+            rounds=sum(r.trials > 0 for r in job.rounds),
             round_job_id=current if not job.status.final else None,
             output_check=None
             if job.output_check is None
@@ -571,13 +612,66 @@ class LeasedCandidatePublic(BaseModel):
     best_latency_secs: float | None
 
 
+class FinalEntrantPublic(BaseModel):
+    """An entrant of a final; one not ``verified`` has its output checked before it is timed."""
+
+    candidate_id: int
+    trace_json: str
+    verified: bool
+
+
+class LeasedFinalPublic(BaseModel):
+    """A job's final: its entrants timed again side by side, ``rounds`` rounds, on one machine;
+    outputs are checked on inputs drawn from ``seed``."""
+
+    final_id: int
+    job_id: int
+    workload: WorkloadRefPublic
+    target: dict[str, Any]
+    rounds: int
+    seed: int
+    entrants: list[FinalEntrantPublic]
+
+    @classmethod
+    def of(cls, final: LeasedFinal) -> LeasedFinalPublic:
+        return cls(
+            final_id=final.final_id,
+            job_id=final.job_id,
+            workload=WorkloadRefPublic.of(final.workload),
+            target=final.target,
+            rounds=final.rounds,
+            seed=final.seed,
+            entrants=[
+                FinalEntrantPublic(
+                    candidate_id=e.candidate_id, trace_json=e.trace_json, verified=e.verified
+                )
+                for e in final.entrants
+            ],
+        )
+
+    def to_final(self) -> LeasedFinal:
+        return LeasedFinal(
+            final_id=self.final_id,
+            job_id=self.job_id,
+            workload=self.workload.to_ref(),
+            target=self.target,
+            rounds=self.rounds,
+            seed=self.seed,
+            entrants=[
+                FinalEntrant(e.candidate_id, e.trace_json, e.verified) for e in self.entrants
+            ],
+        )
+
+
 class LeasePublic(BaseModel):
-    """Candidates held by a worker until ``expires_at``; heartbeats extend it."""
+    """Candidates, or one job's final, held by a worker until ``expires_at``; heartbeats extend
+    it."""
 
     id: int
     worker_id: int
     expires_at: datetime
     candidates: list[LeasedCandidatePublic]
+    final: LeasedFinalPublic | None = None
 
     @classmethod
     def of(cls, lease: Lease) -> LeasePublic:
@@ -585,6 +679,7 @@ class LeasePublic(BaseModel):
             id=lease.id,
             worker_id=lease.worker_id,
             expires_at=lease.expires_at,
+            final=None if lease.final is None else LeasedFinalPublic.of(lease.final),
             candidates=[
                 LeasedCandidatePublic(
                     candidate_id=c.candidate_id,
@@ -614,6 +709,7 @@ class LeasePublic(BaseModel):
                 )
                 for c in self.candidates
             ],
+            final=None if self.final is None else self.final.to_final(),
         )
 
 
@@ -686,6 +782,39 @@ class ReportOutcomePublic(BaseModel):
 
     def to_outcome(self) -> ReportOutcome:
         return ReportOutcome(self.stored, self.ignored, self.requeued, self.poisoned)
+
+
+class RetimedIn(_Request):
+    """An entrant of a final as the worker timed it: its samples (none: its output was wrong,
+    or it no longer built or ran) and whether its output was checked here and matched."""
+
+    candidate_id: Id
+    samples: list[Annotated[float, Field(gt=0, allow_inf_nan=False)]] = Field(
+        default_factory=list, max_length=MAX_ROUNDS
+    )
+    verified: StrictBool = False
+
+    @classmethod
+    def of(cls, entrant: RetimedEntrant) -> RetimedIn:
+        return cls(
+            candidate_id=entrant.candidate_id,
+            samples=list(entrant.samples),
+            verified=entrant.verified,
+        )
+
+    def to_entrant(self) -> RetimedEntrant:
+        return RetimedEntrant(self.candidate_id, tuple(self.samples), self.verified)
+
+
+class FinalReportRequest(_Request):
+    entrants: list[RetimedIn] = Field(max_length=MAX_FINALISTS + 1)
+
+
+class FinalReportPublic(BaseModel):
+    """Whether the report was taken: false where the lease no longer holds the final (a retry,
+    or a lease that expired meanwhile), which then changed nothing."""
+
+    taken: bool
 
 
 class ReleasePublic(BaseModel):

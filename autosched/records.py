@@ -13,6 +13,10 @@ from datetime import datetime
 from enum import Enum
 from typing import Any
 
+BASELINE_TRACE = "[[],[]]"
+"""The trace of the unscheduled program: it replays to the workload as written (the untuned
+program, every job's baseline)."""
+
 SPACE_EXHAUSTED = "exhausted"
 """How a job's stop reason begins when its design space held no program it had not measured:
 more trials of that workload and target would measure nothing new."""
@@ -207,14 +211,16 @@ class JobProgress:
     cost_model_id: int | None = None  # the shared cost model version its search started from
     stop_reason: str | None = None  # why it ended before spending its budget
     baseline_latency_secs: float | None = None  # the untuned program's, once measured
+    final: FinalProgress | None = None  # a service job's final, where it has one
 
 
 @dataclass(frozen=True)
 class ModelTaskProgress:
     """A task of a model job: its weight, the records of the log it reuses (0: it is tuned),
-    the rounds and trials its tuning jobs were given and have measured, its workload's best and
-    untuned latencies on the model's target, and why it keeps TVM's default schedule if it does
-    (its workload is not admitted, or its search failed)."""
+    the rounds and trials its tuning jobs were given and have measured (its final apart), its
+    workload's best and untuned latencies on the model's target (once its final has timed both,
+    their two re-timed medians), and why it keeps TVM's default schedule if it does (its
+    workload is not admitted, or its search failed)."""
 
     position: int
     name: str
@@ -309,13 +315,60 @@ class LeasedCandidate:
 
 
 @dataclass(frozen=True)
+class FinalEntrant:
+    """A candidate of a final; one never ``verified`` must have its output checked first."""
+
+    candidate_id: int
+    trace_json: str
+    verified: bool
+
+
+@dataclass(frozen=True)
+class LeasedFinal:
+    """The final of job ``job_id``: its ``entrants`` timed again side by side in ``rounds``
+    rounds on one machine; outputs are checked on inputs drawn from ``seed``."""
+
+    final_id: int
+    job_id: int
+    workload: WorkloadRef
+    target: dict
+    rounds: int
+    seed: int
+    entrants: list[FinalEntrant]
+
+
+@dataclass(frozen=True)
 class Lease:
-    """Candidates held by worker ``worker_id`` until ``expires_at``; heartbeats extend it."""
+    """Candidates, or one final, held by worker ``worker_id`` until ``expires_at``; heartbeats
+    extend it."""
 
     id: int
     worker_id: int
     expires_at: datetime
     candidates: list[LeasedCandidate]
+    final: LeasedFinal | None = None
+
+
+@dataclass(frozen=True)
+class RetimedEntrant:
+    """A worker's re-timing of an entrant of a final: its samples (none: its output was wrong,
+    or it no longer built or ran) and whether its output was checked and matched."""
+
+    candidate_id: int
+    samples: tuple[float, ...]
+    verified: bool
+
+
+@dataclass(frozen=True)
+class FinalProgress:
+    """Where a service job's final stands: ``state`` (``pending``, ``queued``, ``leased``,
+    ``timed``, ``skipped`` or ``failed``), how many finalists and rounds, and why it was skipped
+    or failed."""
+
+    state: str
+    finalists: int
+    rounds: int
+    reason: str | None = None
 
 
 @dataclass(frozen=True)

@@ -27,10 +27,6 @@ def _plain(value: Any) -> Any:
     return [_plain(item) for item in value]
 
 
-# The trace of the unscheduled program: it replays to the workload as written (the baseline).
-BASELINE_TRACE = "[[],[]]"
-
-
 def trace_to_json(trace: Trace) -> str:
     """The trace of a schedule, with its sampling decisions, as compact JSON text."""
     return json.dumps(_plain(trace.as_json()), separators=(",", ":"))

@@ -16,7 +16,15 @@ from dataclasses import dataclass
 from autosched.costmodel.base import CostModel
 from autosched.costmodel.shared import starting_model
 from autosched.errors import Cancelled
-from autosched.finalists import Entrant, Finalist, rank_finalists, side_by_side
+from autosched.finalists import (
+    FINALISTS,
+    ROUNDS,
+    Entrant,
+    Finalist,
+    contenders,
+    rank_finalists,
+    side_by_side,
+)
 from autosched.log import TuningLog
 from autosched.log.costmodels import ModelInfo
 from autosched.log.finalists import FinalistStore
@@ -24,9 +32,8 @@ from autosched.log.jobs import JobStore
 from autosched.log.subjects import ensure_subject
 from autosched.measure import CorrectnessGate, Measurer, Retimer
 from autosched.neighbours import NeighbourSeeds, starting_records
-from autosched.records import CandidateResult, JobStatus, RecordView
+from autosched.records import BASELINE_TRACE, CandidateResult, JobStatus, RecordView
 from autosched.replay import check_not_source
-from autosched.schedule import BASELINE_TRACE
 from autosched.search.base import Proposal
 from autosched.search.registry import DEFAULT_STRATEGY, SearchJob
 from autosched.search.session import SearchSession, start_session
@@ -47,8 +54,8 @@ class TuneOptions:
     seed: int | None = None
     strategy: str = DEFAULT_STRATEGY
     warm: bool = True
-    finalists: int = 8
-    rounds: int = 10
+    finalists: int = FINALISTS
+    rounds: int = ROUNDS
 
 
 @dataclass(frozen=True)
@@ -334,10 +341,7 @@ def _retime_finalists(
     """
     if options.finalists < 1 or not isinstance(measurer, Retimer):
         return []
-    timed = sorted(
-        (r for r in log.records(*subject) if r.median_secs is not None and r.error_kind is None),
-        key=lambda record: record.median_secs or 0.0,
-    )
+    tuned, untuned = contenders(log.records(*subject))
     checked: set[str] = set()
 
     def entrant(record: RecordView) -> Entrant | None:
@@ -348,12 +352,11 @@ def _retime_finalists(
         return Entrant(record.program_hash, record.trace_json, record.median_secs or 0.0)
 
     entrants: list[Entrant] = []
-    for record in timed:
+    for record in tuned:
         if len(entrants) == options.finalists:
             break
-        if record.trace_json != BASELINE_TRACE and (entered := entrant(record)) is not None:
+        if (entered := entrant(record)) is not None:
             entrants.append(entered)
-    untuned = next((r for r in timed if r.trace_json == BASELINE_TRACE), None)
     if untuned is not None and (reference := entrant(untuned)) is not None:
         entrants.append(reference)
     if len(entrants) < 2:

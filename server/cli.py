@@ -29,6 +29,7 @@ from autosched.cli.options import (
     TokenOpt,
 )
 from autosched.errors import UserError
+from autosched.finalists import FINALISTS, MAX_FINALISTS, MAX_ROUNDS, ROUNDS
 from autosched.model import ROUND_TRIALS, SERVICE_REFUSALS, is_model_file
 from autosched.search.registry import DEFAULT_STRATEGY, STRATEGY_HELP
 
@@ -144,6 +145,18 @@ def submit(
         int | None, typer.Option(min=0, max=2**31 - 1, help="Seed for a reproducible search.")
     ] = None,
     strategy: Annotated[str, typer.Option(help=STRATEGY_HELP)] = DEFAULT_STRATEGY,
+    finalists: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            max=MAX_FINALISTS,
+            help="Fastest candidates one worker times again at the end, side by side with the "
+            "untuned program (0: none); a model job's tasks always take the defaults.",
+        ),
+    ] = FINALISTS,
+    rounds: Annotated[
+        int, typer.Option(min=1, max=MAX_ROUNDS, help="Rounds of that timing.")
+    ] = ROUNDS,
     server: ServerOpt = DEFAULT_SERVER,
     token: TokenOpt = None,
     as_json: JsonOpt = False,
@@ -186,6 +199,8 @@ def submit(
         "batch_size": batch or 64,
         "seed": seed,
         "strategy": strategy,
+        "finalists": finalists,
+        "rounds": rounds,
     }
     try:
         job = JobCreate.model_validate(document)

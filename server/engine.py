@@ -25,6 +25,7 @@ from autosched.errors import ServiceUnavailable
 from autosched.log import TuningLog
 from autosched.log.costmodels import CostModelStore, ModelInfo
 from autosched.log.jobs import JobStore
+from autosched.log.retiming import Finals
 from autosched.neighbours import starting_records
 from autosched.records import JobProgress, JobStatus, RecordView
 from autosched.search.base import Proposal
@@ -68,6 +69,8 @@ class JobDriver:
         self.job_id = job.id
         self.session_key = session_key(job)
         self._jobs = jobs
+        self._finals = Finals(log)
+        self._has_final = job.final is not None
         self._batch = job.batch_size
         # whether the job ended with nothing of it left with the workers: its session can go on
         self.finished = False
@@ -142,26 +145,33 @@ class JobDriver:
     def advance(self) -> bool:
         """Learn from new measurements and keep the queue fed; False once the job has ended.
 
-        A job ends once its trials and its baseline are measured, or once its design space is
-        exhausted and nothing of it is left with the workers.
+        A job's search ends once its trials are measured, or once its design space is exhausted
+        and nothing of it is left with the workers; the job ends then, or, where it has a final,
+        once that final has ended.
         """
         self._learn()
         budget = self._jobs.budget(self.job_id)
         if budget.status.final:
             return False
-        if budget.spent:
-            self._jobs.end_job(self.job_id, JobStatus.FINISHED)
+        settled = budget.outstanding == 0 and not budget.baseline_outstanding
+        if budget.spent or (self._session.exhausted and settled):
+            if self._has_final and not self._final_ended(settled):
+                return True
+            reason = None if budget.spent else self._session.stop_reason
+            self._jobs.end_job(self.job_id, JobStatus.FINISHED, reason)
             self.finished = budget.outstanding == 0
-            return False
-        if self._session.exhausted and budget.outstanding == 0 and not budget.baseline_outstanding:
-            self._jobs.end_job(self.job_id, JobStatus.FINISHED, self._session.stop_reason)
-            self.finished = True
             return False
         remaining = budget.trials - budget.measured - budget.outstanding
         # Keep up to two batches queued: workers measure one while the next is ready.
         if remaining > 0 and budget.outstanding < self._batch:
             self._session.propose(min(remaining, self._batch), admit=self._enqueue)
         return True
+
+    def _final_ended(self, settled: bool) -> bool:
+        """Whether the job's final has ended; it is planned (and queued for a worker) once
+        nothing of the job is left with the workers."""
+        state = self._finals.plan(self.job_id) if settled else None
+        return state is not None and state.ended
 
     def _enqueue(self, proposals: Sequence[Proposal]) -> list[str]:
         return self._jobs.enqueue(
@@ -173,6 +183,28 @@ class JobDriver:
         if measured:
             self._last_measurement = measured[-1].measurement_id
             self._session.learn((m.record.program_hash, m.record.result) for m in measured)
+
+
+class FinalDriver:
+    """A job of no trials with a final (a model task's final, after its last round): nothing to
+    search, only its final to plan and wait for."""
+
+    finished = False  # it leaves no search session open
+
+    def __init__(self, log: TuningLog, jobs: JobStore, job: JobProgress) -> None:
+        self.job_id = job.id
+        self._jobs = jobs
+        self._finals = Finals(log)
+
+    def advance(self) -> bool:
+        """Plan the job's final and end the job once the final has ended; False once it has."""
+        if self._jobs.budget(self.job_id).status.final:
+            return False
+        state = self._finals.plan(self.job_id)
+        if state is not None and not state.ended:
+            return True
+        self._jobs.end_job(self.job_id, JobStatus.FINISHED)
+        return False
 
 
 class Engine(BackgroundLoop):
@@ -205,7 +237,7 @@ class Engine(BackgroundLoop):
         self.engine_id = self.name = engine_id or f"engine-{uuid.uuid4().hex[:12]}"
         self._claim_secs = claim_secs
         self._poll_secs = poll_secs
-        self._drivers: dict[int, JobDriver] = {}
+        self._drivers: dict[int, JobDriver | FinalDriver] = {}
         self._sessions = OpenSessions(open_sessions)
 
     def step(self) -> None:
@@ -220,7 +252,7 @@ class Engine(BackgroundLoop):
                     driver = self._drivers[job_id] = self._driver(job_id)
                 if not driver.advance():
                     del self._drivers[job_id]
-                    if driver.finished:
+                    if isinstance(driver, JobDriver) and driver.finished:
                         self._sessions.keep(driver.session_key, driver.open_session())
             except ServiceUnavailable:  # the log is gone for now: not the job's fault
                 raise
@@ -229,8 +261,10 @@ class Engine(BackgroundLoop):
                 self._drivers.pop(job_id, None)
                 self._jobs.end_job(job_id, JobStatus.FAILED)
 
-    def _driver(self, job_id: int) -> JobDriver:
+    def _driver(self, job_id: int) -> JobDriver | FinalDriver:
         job = self._jobs.job(job_id)
+        if job.trials == 0 and job.final is not None:
+            return FinalDriver(self._log, self._jobs, job)
         kept = self._sessions.take(session_key(job))
         if kept is not None:
             return JobDriver(self._log, self._jobs, job, kept=kept)

@@ -5,9 +5,11 @@ job round by round, and the compiled library of a model job.
 Each round of a model job is an ordinary tuning job of one task in the service's queue, so it
 shares the workers with every other job. The driver keeps no state the log does not: after each
 round it rebuilds the task scheduler from the rounds stored, so a restarted server goes on where
-the log says the model job stands. Once the budget is spent, the model is compiled with its
-tasks' best schedules, its outputs are checked against ONNX Runtime where the server can run the
-target, and a model whose outputs match is recorded as tuned (as `autosched tune` records one).
+the log says the model job stands. Once the budget is spent, each tuned task's fastest candidates
+are timed again side by side with its untuned program (a final round per task, as `autosched
+tune` does for a model), then the model is compiled with its tasks' best schedules, its
+outputs are checked against ONNX Runtime where the server can run the target, and a model whose
+outputs match is recorded as tuned (as `autosched tune` records one).
 
 Only ONNX files are accepted: they are data. TVMScript files are evaluated by TVM's parser and
 PyTorch .pt2 files unpickled, so neither comes from the network.
@@ -202,7 +204,10 @@ class ModelDriver(BackgroundLoop):
             progress.trials,
             progress.batch_size,
         )
+        tuned: set[int] = set()  # the tasks whose rounds measured something
         for round_ in progress.rounds:
+            if not round_.trials:  # a task's final, after its last round
+                continue
             if round_.recorded:
                 result = RoundResult(
                     round_.measured, round_.best_secs, round_.task_finished, round_.problem
@@ -216,6 +221,8 @@ class ModelDriver(BackgroundLoop):
             index = tunable.index(round_.task)
             if result.problem is None:
                 scheduler.record(index, result.measured, result.best_secs)
+                if result.measured:
+                    tuned.add(round_.task)
             if result.task_finished:
                 scheduler.finish(index)
         planned = scheduler.next_round()
@@ -227,7 +234,24 @@ class ModelDriver(BackgroundLoop):
                 trials=planned.trials,
             )
             return
-        self._conclude(progress)
+        if self._finals_ended(progress, sorted(tuned)):
+            self._conclude(progress)
+
+    def _finals_ended(self, progress: ModelJobProgress, tuned: Sequence[int]) -> bool:
+        """Whether the final of every ``tuned`` task has ended: the finals are queued together
+        once the budget is spent, and each makes its re-timed winner the task's best record,
+        which the compiled model then uses."""
+        finals = [round_ for round_ in progress.rounds if not round_.trials]
+        if finals:
+            ended = [self._jobs.job(round_.job_id) for round_ in finals]
+            if not all(job.status.final for job in ended):
+                return False
+            for round_, job in zip(finals, ended, strict=True):
+                self._models.record_round(round_.id, RoundResult(0, job.best_latency_secs, True))
+            return True
+        if tuned:
+            self._models.add_finals(progress.id, position=len(progress.rounds), tasks=tuned)
+        return not tuned
 
     def _conclude(self, progress: ModelJobProgress) -> None:
         """Compile the model with its tasks' best schedules, check its outputs where this

@@ -11,8 +11,15 @@ from autosched.log.jobs import JobStore
 from autosched.log.leases import LeaseQueue
 from autosched.log.subjects import ensure_subject
 from autosched.measure.simulated import SimulatedMeasurer
-from autosched.records import CandidateResult, JobStatus, MeasureResult, ReportedResult, WorkloadRef
-from autosched.schedule import BASELINE_TRACE, apply_trace, program_hash
+from autosched.records import (
+    BASELINE_TRACE,
+    CandidateResult,
+    JobStatus,
+    MeasureResult,
+    ReportedResult,
+    WorkloadRef,
+)
+from autosched.schedule import apply_trace, program_hash
 from autosched.server.engine import Engine
 from autosched.target import device_fingerprint, host_target
 from autosched.tuner import TuneOptions, tune

@@ -15,8 +15,7 @@ from autosched.errors import UserError
 from autosched.log import TuningLog
 from autosched.log.subjects import ensure_subject
 from autosched.measure import LocalMeasurer, MeasureConfig
-from autosched.records import ErrorKind, WorkloadRef
-from autosched.schedule import BASELINE_TRACE
+from autosched.records import BASELINE_TRACE, ErrorKind, WorkloadRef
 from autosched.script_check import check_script
 from autosched.target import host_target
 from autosched.workload import resolve_workload, workload_from_ir_json

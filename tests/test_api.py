@@ -22,8 +22,7 @@ from autosched.client import ServiceClient
 from autosched.errors import ServiceUnavailable, UserError
 from autosched.log.jobs import JobStore
 from autosched.log.tokens import Role, TokenStore
-from autosched.records import MeasureResult, ReportedResult
-from autosched.schedule import BASELINE_TRACE
+from autosched.records import BASELINE_TRACE, MeasureResult, ReportedResult
 from autosched.server.api.app import create_app
 from autosched.server.settings import Settings, load_settings
 from autosched.target import canonical_target, target_key

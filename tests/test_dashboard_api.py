@@ -23,7 +23,7 @@ from autosched.log.costmodels import CostModelStore
 from autosched.log.jobs import JobStore
 from autosched.log.models import Worker
 from autosched.log.tokens import Role
-from autosched.schedule import BASELINE_TRACE
+from autosched.records import BASELINE_TRACE
 from autosched.server.api.app import create_app
 from autosched.server.dashboard import STATIC
 from autosched.server.settings import Settings

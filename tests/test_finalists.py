@@ -19,7 +19,8 @@ from autosched.finalists import (
 from autosched.log import TuningLog
 from autosched.log.finalists import FinalistStore
 from autosched.measure import LocalMeasurer, MeasureConfig
-from autosched.schedule import BASELINE_TRACE, trace_to_json
+from autosched.records import BASELINE_TRACE
+from autosched.schedule import trace_to_json
 from autosched.search.space import design_space
 from autosched.server.api.app import create_app
 from autosched.server.settings import Settings

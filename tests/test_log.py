@@ -41,6 +41,7 @@ TABLES = {
     "measurements",
     "best_records",
     "finalist_timings",
+    "finals",
     "tuned_models",
     "tuned_model_tasks",
     "model_jobs",

@@ -18,8 +18,8 @@ from autosched.admission import COLD_CACHE, program_json
 from autosched.measure import LocalMeasurer, MeasureConfig
 from autosched.measure.child import ChildDied, ChildProcess, ChildTimeout, RequestFailed
 from autosched.measure.program import BuildRequest
-from autosched.records import ErrorKind
-from autosched.schedule import BASELINE_TRACE, trace_to_json
+from autosched.records import BASELINE_TRACE, ErrorKind
+from autosched.schedule import trace_to_json
 from autosched.search.space import design_space
 from autosched.target import host_target
 from autosched.workload import workload_from_ir_json

@@ -15,9 +15,16 @@ from autosched.log import TuningLog
 from autosched.log.jobs import JobStore
 from autosched.log.subjects import ensure_subject
 from autosched.measure import LocalMeasurer, MeasureConfig
-from autosched.records import CandidateResult, ErrorKind, MeasureResult, RecordView, WorkloadRef
+from autosched.records import (
+    BASELINE_TRACE,
+    CandidateResult,
+    ErrorKind,
+    MeasureResult,
+    RecordView,
+    WorkloadRef,
+)
 from autosched.replay import ReplayCounts, ReplayMeasurer, check_not_source
-from autosched.schedule import BASELINE_TRACE, apply_trace, program_hash
+from autosched.schedule import apply_trace, program_hash
 from autosched.target import canonical_target, host_target, target_key
 from autosched.tuner import TuneOptions, tune
 from autosched.workload import Workload

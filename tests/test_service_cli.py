@@ -27,8 +27,7 @@ from autosched.client import ServiceClient
 from autosched.log import TuningLog
 from autosched.log.jobs import JobStore
 from autosched.log.tokens import Role, TokenStore
-from autosched.records import MeasureResult, ReportedResult
-from autosched.schedule import BASELINE_TRACE
+from autosched.records import BASELINE_TRACE, MeasureResult, ReportedResult
 from autosched.server.api.app import create_app
 from autosched.server.settings import Settings
 from autosched.workloads import get_workload

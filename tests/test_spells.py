@@ -13,8 +13,7 @@ import pytest
 
 from autosched.measure import LocalMeasurer, MeasureConfig
 from autosched.measure.spells import CONTROL_EVERY, RETIMES, SLOW_SPELL, SpellWatch
-from autosched.records import ErrorKind, MeasureResult
-from autosched.schedule import BASELINE_TRACE
+from autosched.records import BASELINE_TRACE, ErrorKind, MeasureResult
 from autosched.target import host_target
 from autosched.workloads import get_workload
 

@@ -12,8 +12,7 @@ from autosched import tuner
 from autosched.log import TuningLog
 from autosched.log.jobs import JobStore
 from autosched.measure import MeasureConfig
-from autosched.records import ErrorKind, JobStatus
-from autosched.schedule import BASELINE_TRACE
+from autosched.records import BASELINE_TRACE, ErrorKind, JobStatus
 from autosched.search.registry import SearchJob
 from autosched.search.session import SearchSession, start_session
 from autosched.sessions import OpenSession, OpenSessions

@@ -2,7 +2,8 @@
 
 It pulls work, so it runs behind NAT and on small boards too. Candidates are built and timed with
 the core's isolated measurement; results that would beat the best known latency are verified
-before they are reported. While it measures it heartbeats, so its lease holds; when it loses the
+before they are reported. A job's final (its fastest candidates timed again side by side) comes
+as a lease of its own. While it measures it heartbeats, so its lease holds; when it loses the
 service it retries with backoff and never crashes.
 """
 
@@ -19,8 +20,15 @@ from typing import Protocol, TypeVar
 
 from autosched.background import MAX_BACKOFF_SECS, BackgroundLoop
 from autosched.errors import Cancelled, ServiceUnavailable
-from autosched.measure import CorrectnessGate, LocalMeasurer, MeasureConfig, Measurer
-from autosched.records import Lease, LeasedCandidate, ReportedResult, ReportOutcome
+from autosched.measure import CorrectnessGate, LocalMeasurer, MeasureConfig, Measurer, Retimer
+from autosched.records import (
+    Lease,
+    LeasedCandidate,
+    LeasedFinal,
+    ReportedResult,
+    ReportOutcome,
+    RetimedEntrant,
+)
 from autosched.target import device_fingerprint
 
 logger = logging.getLogger(__name__)
@@ -41,6 +49,10 @@ class WorkSource(Protocol):
     def report(
         self, worker_id: int, lease_id: int, results: Sequence[ReportedResult]
     ) -> ReportOutcome: ...
+
+    def report_final(
+        self, worker_id: int, lease_id: int, retimed: Sequence[RetimedEntrant]
+    ) -> bool: ...
 
     def release(self, worker_id: int, lease_id: int) -> int: ...
 
@@ -107,11 +119,25 @@ class WorkerDaemon(BackgroundLoop):
                 measurer.close()
 
     def _serve(self, worker_id: int, lease: Lease, measurer: Measurer) -> None:
+        final = lease.final
         try:
             with self._heartbeats(worker_id, lease):
-                results = measure_lease(measurer, lease.candidates)
+                if final is not None:
+                    retimed = time_final(measurer, final)
+                else:
+                    results = measure_lease(measurer, lease.candidates)
         except Cancelled:
             self._retry(lambda: self._source.release(worker_id, lease.id), threading.Event(), 3)
+            return
+        if final is not None:
+            taken = self._retry(
+                lambda: self._source.report_final(worker_id, lease.id, retimed),
+                threading.Event(),
+                10,
+            )
+            logger.info(
+                "final %d of job %d reported: taken %s", final.final_id, final.job_id, taken
+            )
             return
         outcome = self._retry(
             lambda: self._source.report(worker_id, lease.id, results), threading.Event(), 10
@@ -176,3 +202,26 @@ def measure_lease(
             for c, result, ok in zip(group, results, verified, strict=True)
         )
     return reported
+
+
+def time_final(measurer: Measurer, final: LeasedFinal) -> list[RetimedEntrant]:
+    """Check the output of each entrant of a final never verified, then time the correct ones
+    again side by side (``Retimer.retime``). An entrant whose output is wrong gets no samples; a
+    measurer that cannot time candidates again times none."""
+    if not isinstance(measurer, Retimer):
+        return [RetimedEntrant(e.candidate_id, (), False) for e in final.entrants]
+    checked = {
+        entrant.candidate_id: measurer.verify(final.workload, entrant.trace_json, final.seed)
+        is None
+        for entrant in final.entrants
+        if not entrant.verified
+    }
+    correct = [e for e in final.entrants if checked.get(e.candidate_id, True)]
+    samples = measurer.retime(final.workload, [e.trace_json for e in correct], final.rounds)
+    timed = {e.candidate_id: tuple(taken) for e, taken in zip(correct, samples, strict=True)}
+    return [
+        RetimedEntrant(
+            e.candidate_id, timed.get(e.candidate_id, ()), checked.get(e.candidate_id, False)
+        )
+        for e in final.entrants
+    ]

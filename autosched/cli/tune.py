@@ -33,6 +33,7 @@ from autosched.cli.options import (
     open_log,
 )
 from autosched.errors import Cancelled, UserError
+from autosched.finalists import FINALISTS, MAX_FINALISTS, Finalist
 from autosched.model import ROUND_TRIALS, is_model_file
 from autosched.search.registry import DEFAULT_STRATEGY, STRATEGY_HELP, check_strategy
 from autosched.signals import stop_on_signals
@@ -41,7 +42,6 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from autosched.export import BestSchedule
-    from autosched.finalists import Finalist
     from autosched.tuner import Progress as TuneProgress
     from autosched.tuner import TuneReport
     from autosched.workload import Workload
@@ -92,12 +92,12 @@ def tune(
         int,
         typer.Option(
             min=0,
-            max=64,
+            max=MAX_FINALISTS,
             help="Time this many of the fastest candidates again at the end, side by side, and "
             "choose the best by the re-timed median (0: keep the fastest single measurement); "
             "of a model, of each task it tunes.",
         ),
-    ] = 8,
+    ] = FINALISTS,
     db: DbOpt = None,
     as_json: JsonOpt = False,
     model_input: InputOpt = None,
@@ -224,7 +224,7 @@ def _print_report(report: TuneReport) -> None:
 
 
 def _print_finalists(finalists: Sequence[Finalist]) -> None:
-    from autosched.schedule import BASELINE_TRACE
+    from autosched.records import BASELINE_TRACE
 
     confidence = min(finalist.interval.confidence for finalist in finalists)
     table = Table(

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 
 from sqlalchemy import select, update
+from sqlalchemy.orm import Session
 
 from autosched.finalists import Finalist, Interval
 from autosched.log.models import Candidate, FinalistTiming, Measurement
@@ -44,50 +45,63 @@ class FinalistStore:
         """
         if not finalists:
             return
-        hashes = [finalist.program_hash for finalist in finalists]
         with self._log.sessions.begin() as session:
-            found = session.execute(
-                select(Candidate.program_hash, Candidate.id).where(
-                    Candidate.workload_id == workload_id,
-                    Candidate.target_id == target_id,
-                    Candidate.program_hash.in_(hashes),
-                )
+            self.record_in(session, job_id, workload_id, target_id, device_id, finalists, checked)
+
+    def record_in(
+        self,
+        session: Session,
+        job_id: int,
+        workload_id: int,
+        target_id: int,
+        device_id: int | None,
+        finalists: Sequence[Finalist],
+        checked: Collection[str] = (),
+    ) -> None:
+        """`record` in ``session``, as part of a larger transaction; ``finalists`` not empty."""
+        hashes = [finalist.program_hash for finalist in finalists]
+        found = session.execute(
+            select(Candidate.program_hash, Candidate.id).where(
+                Candidate.workload_id == workload_id,
+                Candidate.target_id == target_id,
+                Candidate.program_hash.in_(hashes),
             )
-            ids = {program_hash: candidate_id for program_hash, candidate_id in found}
-            missing = sorted(set(hashes) - set(ids))
-            if missing:
-                raise ValueError(f"finalists that are not candidates: {', '.join(missing)}")
-            session.add_all(
-                FinalistTiming(
-                    job_id=job_id,
-                    candidate_id=ids[finalist.program_hash],
-                    device_id=device_id,
-                    samples=list(finalist.samples),
-                    first_median_secs=finalist.first_median_secs,
-                    median_secs=finalist.median_secs,
-                    ci_low_secs=finalist.interval.low,
-                    ci_high_secs=finalist.interval.high,
-                    confidence=finalist.interval.confidence,
-                    rank=rank,
-                    tie=finalist.tie,
-                )
-                for rank, finalist in enumerate(finalists, start=1)
+        )
+        ids = {program_hash: candidate_id for program_hash, candidate_id in found}
+        missing = sorted(set(hashes) - set(ids))
+        if missing:
+            raise ValueError(f"finalists that are not candidates: {', '.join(missing)}")
+        session.add_all(
+            FinalistTiming(
+                job_id=job_id,
+                candidate_id=ids[finalist.program_hash],
+                device_id=device_id,
+                samples=list(finalist.samples),
+                first_median_secs=finalist.first_median_secs,
+                median_secs=finalist.median_secs,
+                ci_low_secs=finalist.interval.low,
+                ci_high_secs=finalist.interval.high,
+                confidence=finalist.interval.confidence,
+                rank=rank,
+                tie=finalist.tie,
             )
-            checked_ids = [ids[h] for h in checked if h in ids]
-            if checked_ids:
-                session.execute(
-                    update(Measurement)
-                    .where(
-                        Measurement.candidate_id.in_(checked_ids),
-                        Measurement.imported_at.is_(None),
-                    )
-                    .values(verified=True)
-                    .execution_options(synchronize_session=False)
+            for rank, finalist in enumerate(finalists, start=1)
+        )
+        checked_ids = [ids[h] for h in checked if h in ids]
+        if checked_ids:
+            session.execute(
+                update(Measurement)
+                .where(
+                    Measurement.candidate_id.in_(checked_ids),
+                    Measurement.imported_at.is_(None),
                 )
-            winner = finalists[0]
-            self._log.set_best(
-                session, workload_id, target_id, winner.first_median_secs, ids[winner.program_hash]
+                .values(verified=True)
+                .execution_options(synchronize_session=False)
             )
+        winner = finalists[0]
+        self._log.set_best(
+            session, workload_id, target_id, winner.first_median_secs, ids[winner.program_hash]
+        )
 
     def of_job(self, job_id: int) -> list[Finalist]:
         """The finalists of a job, the winner first; empty when it re-timed none."""

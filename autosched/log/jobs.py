@@ -20,6 +20,7 @@ from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
 from autosched.errors import NotFound
+from autosched.finalists import ROUNDS
 from autosched.log.models import (
     BestRecord,
     Candidate,
@@ -29,10 +30,17 @@ from autosched.log.models import (
     TuningJob,
     utcnow,
 )
+from autosched.log.retiming import Finals
 from autosched.log.store import TuningLog, record_view
 from autosched.log.subjects import ensure_subject
-from autosched.records import SPACE_EXHAUSTED, JobProgress, JobStatus, RecordView, TargetInfo
-from autosched.schedule import BASELINE_TRACE
+from autosched.records import (
+    BASELINE_TRACE,
+    SPACE_EXHAUSTED,
+    JobProgress,
+    JobStatus,
+    RecordView,
+    TargetInfo,
+)
 from autosched.workload import Workload
 
 _OUTSTANDING = (CandidateState.QUEUED, CandidateState.LEASED)
@@ -181,8 +189,12 @@ class JobStore:
         batch_size: int,
         strategy: str,
         seed: int | None,
+        finalists: int = 0,
+        rounds: int = ROUNDS,
     ) -> int:
-        """Queue a tuning job; an engine takes it up. Returns the job id."""
+        """Queue a tuning job; an engine takes it up. With ``finalists``, its fastest candidates
+        and its untuned program are timed again at its end, in ``rounds`` rounds, by one worker
+        (``autosched.log.retiming``). Returns the job id."""
         stored_workload, stored_target = ensure_subject(self._log, workload, target)
         with self._sessions.begin() as session:
             job = queued_job(
@@ -195,6 +207,8 @@ class JobStore:
             )
             session.add(job)
             session.flush()
+            if finalists:
+                Finals.add(session, job.id, finalists, rounds)
             return job.id
 
     def cancel(self, job_id: int) -> JobProgress:
@@ -464,6 +478,7 @@ class JobStore:
             baseline_latency_secs=baseline,
             cost_model_id=job.cost_model_id,
             stop_reason=job.stop_reason,
+            final=Finals.progress(session, job.id),
         )
 
 

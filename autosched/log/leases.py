@@ -1,7 +1,8 @@
 """Workers and leases in the tuning log: the service's queue of candidates, as workers see it.
 
-Workers register their target and device, lease queued candidates of their target, heartbeat
-while they measure, and report what they measured. Every operation is one transaction.
+Workers register their target and device, lease queued candidates of their target (or a job's
+final, ``autosched.log.retiming``, which comes first), heartbeat while they measure, and report
+what they measured. Every operation is one transaction.
 
 Contract:
     * Claiming candidates is one statement (``UPDATE ... WHERE id IN (SELECT ... FOR UPDATE SKIP
@@ -38,6 +39,7 @@ from autosched.log.models import (
 )
 from autosched.log.models import Lease as LeaseRow
 from autosched.log.models import Workload as WorkloadRow
+from autosched.log.retiming import Finals
 from autosched.log.store import NewMeasurement, TuningLog
 from autosched.log.subjects import ensure_target
 from autosched.records import (
@@ -48,6 +50,7 @@ from autosched.records import (
     MeasureResult,
     ReportedResult,
     ReportOutcome,
+    RetimedEntrant,
     TargetInfo,
     WorkloadRef,
 )
@@ -178,7 +181,8 @@ class LeaseQueue:
             )
 
     def lease(self, worker_id: int, n: int) -> Lease | None:
-        """Hand up to ``n`` queued candidates of the worker's target to it; None if none wait."""
+        """Hand the worker a queued final of its target, else up to ``n`` queued candidates of
+        it; None if nothing waits."""
         now = utcnow()
         with self._sessions.begin() as session:
             target_id = session.scalar(
@@ -199,6 +203,9 @@ class LeaseQueue:
             )
             session.add(lease)
             session.flush()
+            final = Finals.claim(session, target_id, lease.id)
+            if final is not None:
+                return Lease(lease.id, worker_id, lease.expires_at, [], final)
             waiting = (
                 select(Candidate.id)
                 .join(TuningJob, TuningJob.id == Candidate.job_id)
@@ -233,14 +240,7 @@ class LeaseQueue:
         """
         requeued = poisoned = 0
         with self._sessions.begin() as session:
-            found = session.execute(
-                select(LeaseRow, Worker.device_id)
-                .join(Worker, Worker.id == LeaseRow.worker_id)
-                .where(LeaseRow.id == lease_id, LeaseRow.worker_id == worker_id)
-            ).one_or_none()
-            if found is None:
-                raise NotFound(f"worker {worker_id} holds no lease {lease_id}")
-            lease, device_id = found
+            lease, device_id = self._held(session, worker_id, lease_id)
             open_candidates = {
                 candidate.id: candidate
                 for candidate in session.scalars(
@@ -280,13 +280,25 @@ class LeaseQueue:
         ignored = len(results) - len(stored) - requeued - poisoned
         return ReportOutcome(len(stored), ignored, requeued, poisoned)
 
-    def release(self, worker_id: int, lease_id: int) -> int:
-        """Give a lease's unmeasured candidates back to the queue, without a strike."""
+    def report_final(
+        self, worker_id: int, lease_id: int, retimed: Sequence[RetimedEntrant]
+    ) -> bool:
+        """Rank and store the final the lease holds (``autosched.log.retiming``); False where
+        it holds none now (a retry, or a lease that expired meanwhile): nothing changes then."""
         with self._sessions.begin() as session:
-            lease = session.get(LeaseRow, lease_id)
-            if lease is None or lease.worker_id != worker_id:
-                raise NotFound(f"worker {worker_id} holds no lease {lease_id}")
+            lease, device_id = self._held(session, worker_id, lease_id)
+            taken = Finals(self._log).report(session, lease_id, device_id, retimed)
+            if lease.state is LeaseState.ACTIVE:
+                lease.state = LeaseState.REPORTED
+            return taken
+
+    def release(self, worker_id: int, lease_id: int) -> int:
+        """Give a lease's unmeasured candidates (or its final) back to the queue, without a
+        strike; returns how many candidates went back."""
+        with self._sessions.begin() as session:
+            lease, _device_id = self._held(session, worker_id, lease_id)
             lease.state = LeaseState.REPORTED
+            Finals.release(session, lease_id)
             return self._requeue_unreported(session, lease_id)
 
     def expire_leases(self) -> int:
@@ -444,6 +456,21 @@ class LeaseQueue:
             for row in rows
         ]
 
+    @staticmethod
+    def _held(session: Session, worker_id: int, lease_id: int) -> tuple[LeaseRow, int]:
+        """The worker's lease ``lease_id`` and the worker's device.
+
+        Raises NotFound if the worker holds no such lease."""
+        found = session.execute(
+            select(LeaseRow, Worker.device_id)
+            .join(Worker, Worker.id == LeaseRow.worker_id)
+            .where(LeaseRow.id == lease_id, LeaseRow.worker_id == worker_id)
+        ).one_or_none()
+        if found is None:
+            raise NotFound(f"worker {worker_id} holds no lease {lease_id}")
+        lease, device_id = found
+        return lease, device_id
+
     def _strike(self, session: Session, candidate: Candidate, reason: str) -> bool:
         """Count a lost measuring process against a candidate; True if that poisoned it."""
         candidate.strikes += 1
@@ -488,6 +515,7 @@ class LeaseQueue:
             .execution_options(synchronize_session=False)
         ).all()
         if expired:
+            Finals.expire(session, expired)
             held = session.scalars(
                 select(Candidate)
                 .where(Candidate.lease_id.in_(expired), Candidate.state == CandidateState.LEASED)

@@ -6,7 +6,8 @@ Contract:
       tuned, and what each ended round taught the task scheduler. A restarted server rebuilds
       the scheduler from the rounds and goes on.
     * A round is added with its tuning job in one transaction, at the next free position of its
-      model job; two drivers adding the same round add it once.
+      model job; two drivers adding the same round add it once. Once the budget is spent, each
+      tuned task gets a final round: a tuning job of no trials with a final, all added at once.
     * A model job's status takes the values of a tuning job's; once final it never changes.
 """
 
@@ -22,10 +23,12 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from autosched.errors import NotFound
+from autosched.finalists import FINALISTS, ROUNDS
 from autosched.log.jobs import JobStore, queued_job
 from autosched.log.models import (
     BestRecord,
     Candidate,
+    FinalistTiming,
     Measurement,
     ModelJob,
     ModelJobRound,
@@ -34,15 +37,16 @@ from autosched.log.models import (
     Workload,
     utcnow,
 )
+from autosched.log.retiming import Finals
 from autosched.log.store import TuningLog
 from autosched.records import (
+    BASELINE_TRACE,
     JobStatus,
     ModelJobProgress,
     ModelRoundRecord,
     ModelTaskProgress,
     TargetInfo,
 )
-from autosched.schedule import BASELINE_TRACE
 
 _OPEN = (JobStatus.QUEUED.value, JobStatus.RUNNING.value)
 
@@ -155,38 +159,62 @@ class ModelJobStore:
         """Queue the tuning job of round ``position`` of a running model job, which tunes its
         task at ``task`` for ``trials`` trials in one batch; returns the job's id, or None when
         the model job is not running or the round was added already."""
+        ids = self._add_rounds(model_id, position, [task], trials)
+        return ids[0] if ids else None
+
+    def add_finals(self, model_id: int, *, position: int, tasks: Sequence[int]) -> list[int]:
+        """Queue the finals of the model job's tuned ``tasks`` (positions), at rounds
+        ``position`` onwards, all in one transaction: each is a tuning job of no trials whose
+        final (``autosched.log.retiming``) times the task's fastest candidates again side by
+        side with its untuned program. Returns the jobs' ids; none when the model job is not
+        running or its finals were added already."""
+        return self._add_rounds(model_id, position, tasks, 0)
+
+    def _add_rounds(
+        self, model_id: int, position: int, tasks: Sequence[int], trials: int
+    ) -> list[int]:
         try:
             with self._sessions.begin() as session:
                 model = _model_job(session, model_id)
-                workload_id = session.scalar(
-                    select(ModelJobTask.workload_id).where(
-                        ModelJobTask.model_job_id == model_id, ModelJobTask.position == task
-                    )
+                workloads = dict(
+                    session.execute(
+                        select(ModelJobTask.position, ModelJobTask.workload_id).where(
+                            ModelJobTask.model_job_id == model_id,
+                            ModelJobTask.position.in_(tasks),
+                        )
+                    ).all()
                 )
-                if model.status != JobStatus.RUNNING.value or workload_id is None:
-                    return None
-                job = queued_job(
-                    workload_id,
-                    model.target_id,
-                    trials=trials,
-                    batch_size=trials,
-                    strategy=model.strategy,
-                    seed=model.seed,
-                )
-                session.add(job)
-                session.flush()
-                session.add(
-                    ModelJobRound(
-                        model_job_id=model_id,
-                        position=position,
-                        task=task,
-                        job_id=job.id,
+                if model.status != JobStatus.RUNNING.value or any(
+                    workloads.get(task) is None for task in tasks
+                ):
+                    return []
+                ids = []
+                for offset, task in enumerate(tasks):
+                    job = queued_job(
+                        workloads[task],
+                        model.target_id,
                         trials=trials,
+                        batch_size=max(trials, 1),
+                        strategy=model.strategy,
+                        seed=model.seed,
                     )
-                )
-                return job.id
-        except IntegrityError:  # another driver added this round first
-            return None
+                    session.add(job)
+                    session.flush()
+                    if not trials:
+                        Finals.add(session, job.id, FINALISTS, ROUNDS)
+                    session.add(
+                        ModelJobRound(
+                            model_job_id=model_id,
+                            position=position + offset,
+                            task=task,
+                            job_id=job.id,
+                            trials=trials,
+                        )
+                    )
+                    ids.append(job.id)
+                return ids
+        except IntegrityError:  # another driver added these rounds first
+            return []
 
     def record_round(self, round_id: int, result: RoundResult) -> None:
         """Keep what an ended round taught the task scheduler; a round recorded already keeps
@@ -315,6 +343,11 @@ def _progress(session: Session, job: ModelJob) -> ModelJobProgress:
         .order_by(ModelJobTask.position)
     ):
         problem = next((r.problem for r in rounds_of[task.position] if r.problem), None)
+        final = next((r.job_id for r in rounds_of[task.position] if not r.trials), None)
+        best, baseline = (None if final is None else _side_by_side(session, final)) or (
+            _best_secs(session, task.workload_id, job.target_id),
+            _baseline_secs(session, task.workload_id, job.target_id),
+        )
         tasks.append(
             ModelTaskProgress(
                 position=task.position,
@@ -322,10 +355,10 @@ def _progress(session: Session, job: ModelJob) -> ModelJobProgress:
                 weight=task.weight,
                 workload_key=key,
                 reused_records=task.reused_records,
-                rounds=len(rounds_of[task.position]),
+                rounds=sum(r.trials > 0 for r in rounds_of[task.position]),
                 trials=measured.get(task.position, 0),
-                best_secs=_best_secs(session, task.workload_id, job.target_id),
-                baseline_secs=_baseline_secs(session, task.workload_id, job.target_id),
+                best_secs=best,
+                baseline_secs=baseline,
                 default_schedule=task.default_schedule or problem,
             )
         )
@@ -347,6 +380,19 @@ def _progress(session: Session, job: ModelJob) -> ModelJobProgress:
         tasks=tuple(tasks),
         rounds=tuple(rounds),
     )
+
+
+def _side_by_side(session: Session, job_id: int) -> tuple[float, float] | None:
+    """The winner's and the untuned program's re-timed medians in the final of ``job_id``
+    (a task's final round), where the untuned program was timed in it."""
+    timed = session.execute(
+        select(FinalistTiming.rank, FinalistTiming.median_secs, Candidate.trace_json)
+        .join(Candidate, Candidate.id == FinalistTiming.candidate_id)
+        .where(FinalistTiming.job_id == job_id)
+    ).all()
+    winner = next((median for rank, median, _trace in timed if rank == 1), None)
+    untuned = next((median for _rank, median, trace in timed if trace == BASELINE_TRACE), None)
+    return None if winner is None or untuned is None else (winner, untuned)
 
 
 def _best_secs(session: Session, workload_id: int | None, target_id: int) -> float | None:

@@ -75,6 +75,21 @@ class CandidateState(str, Enum):
     POISONED = "poisoned"
 
 
+class FinalState(str, Enum):
+    """Where the final of a service job stands (see ``Final``)."""
+
+    PENDING = "pending"
+    QUEUED = "queued"
+    LEASED = "leased"
+    TIMED = "timed"
+    SKIPPED = "skipped"
+    FAILED = "failed"
+
+    @property
+    def ended(self) -> bool:
+        return self in (FinalState.TIMED, FinalState.SKIPPED, FinalState.FAILED)
+
+
 class LeaseState(str, Enum):
     """A lease is active until its worker reports or releases it, or it expires unreported."""
 
@@ -248,6 +263,39 @@ class Lease(Base):
     created_at: Mapped[CreatedAt]
     expires_at: Mapped[datetime]
     state: Mapped[LeaseState] = mapped_column(_state_column(LeaseState))
+
+
+class Final(Base):
+    """The final of a service job: its fastest candidates and its untuned program timed again,
+    side by side, by one worker (see ``autosched.log.retiming``).
+
+    ``state`` is ``pending`` while the job searches, ``queued`` once its ``entrants`` (candidate
+    ids, the untuned program last) are chosen, ``leased`` while a worker times them (held by
+    ``lease_id``), then ``timed`` (its finalists are stored), ``skipped`` (fewer than two entrants)
+    or ``failed`` (``reason`` says why). ``strikes`` counts measuring processes lost timing it.
+    """
+
+    __tablename__ = "finals"
+    __table_args__ = (
+        CheckConstraint(
+            "state IN ('pending', 'queued', 'leased', 'timed', 'skipped', 'failed')", name="state"
+        ),
+        CheckConstraint("finalists >= 1", name="finalists"),
+        CheckConstraint("rounds >= 1", name="rounds"),
+        Index(None, "state"),
+    )
+
+    id: Mapped[IntPk]
+    job_id: Mapped[int] = mapped_column(ForeignKey("tuning_jobs.id"), unique=True)
+    finalists: Mapped[int]
+    rounds: Mapped[int]
+    state: Mapped[FinalState] = mapped_column(_state_column(FinalState))
+    entrants: Mapped[list[int] | None] = mapped_column(JSON)
+    lease_id: Mapped[int | None] = mapped_column(ForeignKey("leases.id"), index=True)
+    strikes: Mapped[int] = mapped_column(default=0)
+    reason: Mapped[str | None] = mapped_column(String(255))
+    created_at: Mapped[CreatedAt]
+    finished_at: Mapped[datetime | None]
 
 
 class ApiToken(Base):
@@ -479,7 +527,8 @@ class ModelJobRound(Base):
     (a position) for ``trials`` trials. Once that job ended, what the task scheduler learnt from
     it is kept (``recorded_at``): the trials it measured, the task's best latency then, and
     whether the task gets no more rounds (``task_finished``, with ``problem`` when its search
-    failed)."""
+    failed). A round of no trials is the task's final, after its last round: its job times the
+    task's fastest candidates again (``Final``)."""
 
     __tablename__ = "model_job_rounds"
     __table_args__ = (UniqueConstraint("model_job_id", "position"),)

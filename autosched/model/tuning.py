@@ -39,8 +39,7 @@ from autosched.model.compile import (
 from autosched.model.load import Model
 from autosched.model.scheduler import TaskScheduler
 from autosched.model.tasks import ModelTask
-from autosched.records import weighted_latency
-from autosched.schedule import BASELINE_TRACE
+from autosched.records import BASELINE_TRACE, weighted_latency
 from autosched.search.registry import DEFAULT_STRATEGY
 from autosched.sessions import OpenSessions
 from autosched.target import canonical_target, target_key

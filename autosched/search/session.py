@@ -21,8 +21,7 @@ import random
 from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import TYPE_CHECKING
 
-from autosched.records import SPACE_EXHAUSTED, MeasureResult, RecordView
-from autosched.schedule import BASELINE_TRACE
+from autosched.records import BASELINE_TRACE, SPACE_EXHAUSTED, MeasureResult, RecordView
 from autosched.search.base import Proposal, SearchStrategy
 from autosched.search.registry import SearchJob, make_strategy
 

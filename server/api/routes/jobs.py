@@ -46,6 +46,8 @@ def submit_job(
         batch_size=job.batch_size,
         strategy=job.strategy,
         seed=job.seed,
+        finalists=job.finalists,
+        rounds=job.rounds,
     )
     return JobPublic.of(jobs.job(job_id))
 

@@ -1,4 +1,5 @@
-"""The worker protocol: register, heartbeat, lease candidates, report their results, release.
+"""The worker protocol: register, heartbeat, lease candidates (or a job's final), report their
+results (or the final's timings), release.
 
 Only worker tokens may call these routes, and only the token a worker registered with may act for
 it (else 403). An unknown worker or lease is a 404: a worker that gets one after a server restart
@@ -10,6 +11,8 @@ from __future__ import annotations
 from fastapi import APIRouter, Response, status
 
 from autosched.protocol import (
+    FinalReportPublic,
+    FinalReportRequest,
     LeasePublic,
     LeaseRequest,
     ReleasePublic,
@@ -74,7 +77,17 @@ def report(
     return ReportOutcomePublic.of(leases.report(worker_id, lease_id, results))
 
 
+@router.post("/{worker_id}/leases/{lease_id}/final")
+def report_final(
+    worker_id: OwnWorkerId, lease_id: PathId, request: FinalReportRequest, leases: LeasesDep
+) -> FinalReportPublic:
+    """Store the timings of the final the lease holds: its finalists are ranked, and the winner
+    becomes the best record. A report for a final the lease no longer holds changes nothing."""
+    retimed = [entrant.to_entrant() for entrant in request.entrants]
+    return FinalReportPublic(taken=leases.report_final(worker_id, lease_id, retimed))
+
+
 @router.post("/{worker_id}/leases/{lease_id}/release")
 def release(worker_id: OwnWorkerId, lease_id: PathId, leases: LeasesDep) -> ReleasePublic:
-    """Give the lease's unmeasured candidates back to the queue."""
+    """Give the lease's unmeasured candidates, or its final, back to the queue."""
     return ReleasePublic(released=leases.release(worker_id, lease_id))

@@ -110,7 +110,7 @@ function finalists(job) {
         "tr",
         { class: f.tie && index > 0 ? "tie" : "" },
         h("td", { class: "num" }, index + 1, f.tie && index > 0 ? " (tie)" : ""),
-        h("td", {}, h("code", {}, f.program_hash.slice(0, 12))),
+        h("td", {}, f.untuned ? "untuned" : h("code", {}, f.program_hash.slice(0, 12))),
         h("td", { class: "num" }, fmt.latency(f.first_median_secs)),
         h("td", { class: "num" }, fmt.latency(f.median_secs)),
         h(
@@ -122,9 +122,25 @@ function finalists(job) {
         h("td", { class: "num" }, f.samples.length),
       ),
     ),
-    "Not timed again: the job's finalists are re-timed when it tunes on one machine.",
+    finalState(job.final),
   );
   return h("div", { class: "finalists" }, rows);
+}
+
+// What stands in for the finalists until a worker has timed them again.
+function finalState(final) {
+  if (!final) return "Not timed again: the job has no final.";
+  const entrants = `its ${final.finalists} fastest candidates and the untuned program`;
+  switch (final.state) {
+    case "pending":
+      return `Once its trials are measured, ${entrants} are timed again, ${final.rounds} rounds.`;
+    case "queued":
+      return `Waiting for a worker to time ${entrants} again.`;
+    case "leased":
+      return `A worker is timing ${entrants} again.`;
+    default:
+      return `Not timed again: ${final.reason || final.state}.`;
+  }
 }
 
 function copyButton(code) {

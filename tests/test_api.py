@@ -20,9 +20,12 @@ from fastapi.testclient import TestClient
 from autosched.admission import program_json
 from autosched.client import ServiceClient
 from autosched.errors import ServiceUnavailable, UserError
+from autosched.log import TuningLog
 from autosched.log.jobs import JobStore
+from autosched.log.models import FinalState
+from autosched.log.retiming import Finals
 from autosched.log.tokens import Role, TokenStore
-from autosched.records import BASELINE_TRACE, MeasureResult, ReportedResult
+from autosched.records import BASELINE_TRACE, MeasureResult, ReportedResult, RetimedEntrant
 from autosched.server.api.app import create_app
 from autosched.server.settings import Settings, load_settings
 from autosched.target import canonical_target, target_key
@@ -41,6 +44,7 @@ NOW = datetime.now(timezone.utc).isoformat()
 @dataclass
 class Api:
     http: TestClient
+    log: TuningLog
     jobs: JobStore
     tokens: dict[Role, str]
 
@@ -73,7 +77,7 @@ def api(db_url: str) -> Iterator[Api]:
     with TestClient(app) as http:
         store: TokenStore = app.state.stores.tokens
         tokens = {role: store.create(role, f"test {role.value}") for role in Role}
-        yield Api(http, app.state.stores.jobs, tokens)
+        yield Api(http, app.state.stores.log, app.state.stores.jobs, tokens)
 
 
 def _queue_candidates(api: Api, job_id: int, n: int, *, replayable: bool = False) -> None:
@@ -123,6 +127,7 @@ ROUTES: list[tuple[str, str, Role, dict | None]] = [
     ("POST", "/api/v1/workers/{worker_id}/leases", Role.WORKER, {"n": 1}),
     ("POST", "/api/v1/workers/{worker_id}/leases/{lease_id}/report", Role.WORKER, {"results": []}),
     ("POST", "/api/v1/workers/{worker_id}/leases/{lease_id}/release", Role.WORKER, None),
+    ("POST", "/api/v1/workers/{worker_id}/leases/{lease_id}/final", Role.WORKER, {"entrants": []}),
     ("GET", "/api/v1/log/export", Role.ADMIN, None),
     ("POST", "/api/v1/log/import", Role.ADMIN, None),
 ]
@@ -565,6 +570,68 @@ def test_the_client_drives_the_worker_protocol_with_queue_records(api: Api) -> N
     assert (outcome.stored, outcome.ignored) == (1, 0)
     with pytest.raises(UserError, match="no lease 999"):
         client.release(worker, 999)
+
+
+def test_a_worker_leases_a_jobs_final_and_reports_its_timings(api: Api) -> None:
+    client = ServiceClient("http://testserver", api.tokens[Role.WORKER], http=api.http)
+    worker = client.register_worker(name="w", target=WORKER_TARGET, fingerprint=FINGERPRINT)
+    job = api.submit(target="llvm", trials=2, finalists=1, rounds=3)
+    assert job["final"] == {"state": "pending", "finalists": 1, "rounds": 3, "reason": None}
+    assert job["id"] in api.jobs.claim_jobs("test-engine", 60)
+    programs = [('["a"]', "program a", None), ('["b"]', "program b", None)]
+    api.jobs.enqueue(job["id"], [*programs, (BASELINE_TRACE, "untuned", None)])
+    lease = client.lease(worker, 3)
+    assert lease is not None and lease.final is None
+    now = datetime.now(timezone.utc)
+    singles = {'["a"]': 1e-3, '["b"]': 2e-3, BASELINE_TRACE: 5e-3}
+    client.report(
+        worker,
+        lease.id,
+        [
+            ReportedResult(
+                c.candidate_id,
+                MeasureResult(samples=(singles[c.trace_json],), started_at=now, finished_at=now),
+                c.trace_json != '["a"]',  # the fastest single shot was never checked
+            )
+            for c in lease.candidates
+        ],
+    )
+    assert api.jobs.job(job["id"]).best_latency_secs == pytest.approx(2e-3)
+    assert Finals(api.log).plan(job["id"]) is FinalState.QUEUED
+
+    leased = api.as_worker("POST", f"/api/v1/workers/{worker}/leases", json={"n": 4}).json()
+    final = leased["final"]
+    assert leased["candidates"] == [] and final["job_id"] == job["id"] and final["rounds"] == 3
+    assert [(e["trace_json"], e["verified"]) for e in final["entrants"]] == [
+        ('["a"]', False),
+        (BASELINE_TRACE, True),
+    ]
+    path = f"/api/v1/workers/{worker}/leases/{leased['id']}/final"
+    a, untuned = (e["candidate_id"] for e in final["entrants"])
+    for body, message in [
+        ({"entrants": [{"candidate_id": a, "samples": [0]}]}, "greater than 0"),
+        ({"entrants": [{"candidate_id": a, "samples": [1e-3] * 4}]}, "3 rounds"),
+        ({"entrants": [{"candidate_id": 10**6, "samples": [1e-3]}]}, "not an entrant"),
+        ({"entrants": [{"candidate_id": a, "verified": "yes"}]}, "verified"),
+    ]:
+        response = api.as_worker("POST", path, json=body)
+        assert response.status_code == 422, (body, response.text)
+        assert message in _one_line(response), (body, response.text)
+    retimed = [
+        RetimedEntrant(a, (1.5e-3, 1.4e-3, 1.6e-3), True),
+        RetimedEntrant(untuned, (5e-3, 5.1e-3, 4.9e-3), False),
+    ]
+    assert client.report_final(worker, leased["id"], retimed)
+    assert not client.report_final(worker, leased["id"], retimed)  # taken once
+    progress = api.as_client("GET", f"/api/v1/jobs/{job['id']}").json()
+    assert progress["final"]["state"] == "timed"
+    ranked = [(f["untuned"], f["samples"], f["tie"]) for f in progress["finalists"]]
+    assert ranked == [
+        (False, [1.5e-3, 1.4e-3, 1.6e-3], True),
+        (True, [5e-3, 5.1e-3, 4.9e-3], False),
+    ]
+    # the winner, checked by the final, is the best record now: no longer the checked "b"
+    assert progress["best_latency_secs"] == pytest.approx(1e-3)
 
 
 def test_the_client_raises_the_servers_message_or_service_unavailable(api: Api) -> None:

@@ -186,6 +186,12 @@ def test_jobs_are_tuned_through_the_api_sharing_the_workers(service: Service) ->
         assert job["best_latency_secs"] is not None and job["curve"]
         best = service.http.get(f"/jobs/{job['id']}/best").json()
         assert "T.prim_func" in best["tvmscript"]
+        # one worker timed the six tuned candidates again beside the untuned program
+        assert job["final"]["state"] == "timed", job["final"]
+        finalists = job["finalists"]
+        assert len(finalists) >= 2 and sum(f["untuned"] for f in finalists) == 1
+        assert all(len(f["samples"]) == 10 for f in finalists)
+        assert best["record"]["program_hash"] == finalists[0]["program_hash"]
     # the jobs ran side by side: each was measured before the other ended
     with TuningLog(service.db_url) as log:
         times = [[r.measured_at for r in log.records(*_ids(log, job))] for job in jobs]

@@ -359,8 +359,31 @@ def _render_job(job: JobPublic) -> Group:
         table.add_row(
             "throughput", f"{job.workload.flops / job.best_latency_secs / 1e9:.1f} GFLOP/s"
         )
+    if job.final is not None:
+        table.add_row("final", _final_text(job))
     curve = "  ".join(f"{p.trials}:{_latency(p.best_latency_secs)}" for p in job.curve[-8:])
     return Group(table, Text(f"best so far (trials: latency)  {curve or '-'}"))
+
+
+def _final_text(job: JobPublic) -> str:
+    """Where a job's final stands; once timed, its winner's re-timed median and interval beside
+    the untuned program's."""
+    final = job.final
+    assert final is not None
+    if final.state != "timed" or not job.finalists:
+        entrants = f"{final.finalists} finalists and the untuned program, {final.rounds} rounds"
+        return f"{final.state}: {final.reason or entrants}"
+    winner = job.finalists[0]
+    low, high = winner.interval_secs
+    text = (
+        f"timed: {len(job.finalists)} finalists, the winner {_latency(winner.median_secs)} "
+        f"({_latency(low)} - {_latency(high)})"
+    )
+    untuned = next((f for f in job.finalists if f.untuned), None)
+    if untuned is not None:
+        text += f", untuned {_latency(untuned.median_secs)}"
+    ties = sum(f.tie for f in job.finalists[1:])
+    return text + (f", {ties} tied with it" if ties else "")
 
 
 def _render_model(model: ModelJobPublic) -> Group:

@@ -106,8 +106,9 @@ def test_submit_status_and_export_from_a_server(cli: Cli, server: Server, tmp_pa
     remote = ["--server", server.url, "--token", server.client_token]
 
     submitted = cli(
-        "submit", "matmul", *SHAPE, "--trials", "4", "--seed", "3", "--strategy", "tpe", *remote
-    )
+        "submit", "matmul", *SHAPE, "--trials", "4", "--seed", "3", "--strategy", "tpe",
+        "--finalists", "3", "--rounds", "5", *remote,
+    )  # fmt: skip
     assert submitted.code == 0, submitted.err
     job_id = int(submitted.out)
     listed = cli("status", *remote)
@@ -115,6 +116,9 @@ def test_submit_status_and_export_from_a_server(cli: Cli, server: Server, tmp_pa
     shown = json.loads(cli("status", str(job_id), "--json", *remote).out)
     assert shown["id"] == job_id and shown["seed"] == 3 and shown["trials"] == 4
     assert shown["strategy"] == "tpe"
+    assert shown["final"] == {"state": "pending", "finalists": 3, "rounds": 5, "reason": None}
+    described = cli("status", str(job_id), *remote).out
+    assert "pending: 3 finalists and the untuned program, 5 rounds" in described
 
     _measure_baseline(server, job_id, worker_id)
     output = tmp_path / "best.py"
@@ -151,6 +155,8 @@ def test_service_commands_fail_with_one_line(cli: Cli, server: Server, tmp_path:
         (["submit", "nope", *remote], 2, "unknown workload 'nope'"),
         (["submit", "matmul", "-p", "M=0", *remote], 2, "must be at least 1"),
         (["submit", "matmul", "--strategy", "greedy", *remote], 2, "strategy"),
+        (["submit", "matmul", "--finalists", "65", *remote], 2, "--finalists"),
+        (["submit", "matmul", "--rounds", "0", *remote], 2, "--rounds"),
         (["submit", "matmul", "--target", "{bad", *remote], 2, "not valid JSON"),
         (["submit", "matmul", "--target", "cuda", *remote], 2, "no live cuda worker"),
         (

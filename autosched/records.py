@@ -17,6 +17,16 @@ BASELINE_TRACE = "[[],[]]"
 """The trace of the unscheduled program: it replays to the workload as written (the untuned
 program, every job's baseline)."""
 
+
+def compiled_schedule(default_schedule: str | None, untuned_best: bool) -> str:
+    """What a model's task compiles with: "tuned", "untuned" (its own untuned program beat every
+    tuned candidate) or "default" (TVM's default schedule: it was not tuned, and
+    ``default_schedule`` says why)."""
+    if default_schedule is not None:
+        return "default"
+    return "untuned" if untuned_best else "tuned"
+
+
 SPACE_EXHAUSTED = "exhausted"
 """How a job's stop reason begins when its design space held no program it had not measured:
 more trials of that workload and target would measure nothing new."""

@@ -245,6 +245,10 @@ def test_the_log_lists_tuned_models_with_their_tasks(tuned: TunedModels, cli: Cl
         (t["name"], t["weight"]) for t in tuned.mlp_report["tasks"]
     ]
     assert all(task["best_latency_us"] > 0 for task in mlp["tasks"])
+    # the log names what each task compiles with as the tuning's report did
+    assert [t["schedule"] for t in mlp["tasks"]] == [
+        t["schedule"] for t in tuned.mlp_report["tasks"]
+    ]
     assert mlp["estimated_latency_us"] == pytest.approx(tuned.mlp_report["estimated_latency_us"])
     text = cli("log", "models", "--db", tuned.db)
     assert text.code == 0 and "conv (pytorch" in text.out

@@ -225,6 +225,7 @@ def show_models(db: str | None, as_json: bool) -> None:
                         "weight": task.weight,
                         "best_latency_us": None if task.best_secs is None else task.best_secs * 1e6,
                         "default_schedule": task.default_schedule,
+                        "schedule": task.schedule,
                     }
                     for task in model.tasks
                 ],
@@ -247,7 +248,7 @@ def show_models(db: str | None, as_json: bool) -> None:
                 task.name,
                 str(task.weight),
                 "-" if task.best_secs is None else f"{task.best_secs * 1e6:.2f}",
-                "tuned" if task.default_schedule is None else "default",
+                task.schedule,
             )
         _out.print(table)
     if not models:

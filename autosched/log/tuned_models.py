@@ -14,6 +14,7 @@ from sqlalchemy import delete, select
 
 from autosched.log.models import Target, TunedModel, TunedModelTask, Workload, utcnow
 from autosched.log.store import TuningLog, best_row, record_view
+from autosched.records import BASELINE_TRACE, compiled_schedule
 
 
 @dataclass(frozen=True)
@@ -27,6 +28,12 @@ class ModelTaskEntry:
     weight: int
     default_schedule: str | None
     best_secs: float | None = None
+    untuned_best: bool = False  # the workload's best record is its untuned program, when listed
+
+    @property
+    def schedule(self) -> str:
+        """What the task compiles with (``autosched.records.compiled_schedule``)."""
+        return compiled_schedule(self.default_schedule, self.untuned_best)
 
 
 @dataclass(frozen=True)
@@ -126,15 +133,16 @@ class TunedModelStore:
                 ).all()
                 tasks = []
                 for task, workload in rows:
-                    best = None if workload is None else best_row(session, workload.id, target.id)
-                    best_secs = None if best is None else record_view(*best).median_secs
+                    found = None if workload is None else best_row(session, workload.id, target.id)
+                    best = None if found is None else record_view(*found)
                     tasks.append(
                         ModelTaskEntry(
                             task.name,
                             None if workload is None else workload.key,
                             task.weight,
                             task.default_schedule,
-                            best_secs,
+                            None if best is None else best.median_secs,
+                            best is not None and best.trace_json == BASELINE_TRACE,
                         )
                     )
                 views.append(

@@ -39,7 +39,7 @@ from autosched.model.compile import (
 from autosched.model.load import Model
 from autosched.model.scheduler import TaskScheduler
 from autosched.model.tasks import ModelTask
-from autosched.records import BASELINE_TRACE, weighted_latency
+from autosched.records import BASELINE_TRACE, compiled_schedule, weighted_latency
 from autosched.search.registry import DEFAULT_STRATEGY
 from autosched.sessions import OpenSessions
 from autosched.target import canonical_target, target_key
@@ -95,11 +95,8 @@ class TaskOutcome:
 
     @property
     def schedule(self) -> str:
-        """What the task compiles with: "tuned", "untuned" (its own program won) or "default"
-        (TVM's default schedule: it was not tuned)."""
-        if self.default_schedule is not None:
-            return "default"
-        return "untuned" if self.untuned_best else "tuned"
+        """What the task compiles with (``autosched.records.compiled_schedule``)."""
+        return compiled_schedule(self.default_schedule, self.untuned_best)
 
     def as_json(self) -> dict[str, object]:
         return {

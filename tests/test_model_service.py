@@ -18,7 +18,12 @@ from helpers import Cli, on_sqlite, wait_for
 from model_files import write_mlp_onnx, write_onnx_with
 from test_service_e2e import Service
 
+from autosched.log import TuningLog
+from autosched.log.finalists import FinalistStore
+from autosched.log.jobs import JobStore
+from autosched.log.model_jobs import ModelJobStore
 from autosched.log.tokens import Role
+from autosched.records import BASELINE_TRACE
 from autosched.server.api.app import create_app
 from autosched.server.models import why_not_checked_here
 from autosched.server.settings import Settings
@@ -135,6 +140,14 @@ def test_a_model_is_tuned_by_the_workers_through_a_server_restart(
             assert task["rounds"] == task["trials"] == 1 and task["default_schedule"] is None
             assert task["best_latency_secs"] <= task["untuned_latency_secs"]
         assert tuned["estimated_latency_secs"] <= tuned["untuned_latency_secs"]
+        # after its last round each task's fastest and untuned programs were timed side by side
+        with TuningLog(db_url) as log:
+            finals = [r for r in ModelJobStore(log).progress(model_id).rounds if not r.trials]
+            assert sorted(r.task for r in finals) == [t["position"] for t in tuned["tasks"]]
+            for round_ in finals:
+                assert JobStore(log).job(round_.job_id).final.state == "timed"
+                timed = FinalistStore(log).of_job(round_.job_id)
+                assert len(timed) == 2 and sum(f.trace_json == BASELINE_TRACE for f in timed) == 1
         check = tuned["output_check"]
         assert check["ran"] and check["reference"] == "ONNX Runtime" and check["reason"] is None
 

@@ -83,9 +83,9 @@ class Finals:
                 return None if final is None else final.state
             job = session.get(TuningJob, job_id)
             assert job is not None
-            subject = (job.workload_id, job.target_id)
+            subject, finalists = (job.workload_id, job.target_id), final.finalists
         tuned, untuned = contenders(self._log.records(*subject))
-        entrants = [record.candidate_id for record in tuned[: final.finalists]]
+        entrants = [record.candidate_id for record in tuned[:finalists]]
         if untuned is not None:
             entrants.append(untuned.candidate_id)
         with self._log.sessions.begin() as session:

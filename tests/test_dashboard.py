@@ -259,6 +259,11 @@ def test_a_jobs_page_charts_every_measurement_and_the_best_schedule(
     expect(page.locator("svg[data-chart='trials'] g.best circle")).to_have_count(len(job["curve"]))
     expect(page.locator("svg[data-chart='time'] g.best circle")).to_have_count(len(job["curve"]))
     expect(page.locator("button.cancel")).to_be_disabled()
+    # a worker timed its fastest candidates again beside the untuned program at its end
+    finalists = served.get(f"/jobs/{job['id']}")["finalists"]
+    assert len(finalists) >= 2 and sum(f["untuned"] for f in finalists) == 1
+    expect(page.locator("#job .finalists tbody tr")).to_have_count(len(finalists))
+    expect(page.locator("#job .finalists")).to_contain_text("untuned")
 
     page.click("button.copy")
     expect(page.locator("button.copy")).to_have_text("Copied")
@@ -416,6 +421,8 @@ def test_a_jobs_finalists_show_with_their_intervals(served: Served, tab: Tab) ->
     rows = tab.page.locator("#job .finalists tbody tr")
     expect(rows).to_have_count(len(served_finalists))
     winner = served_finalists[0]
-    expect(rows.first).to_contain_text(winner["program_hash"][:12])
+    expect(rows.first).to_contain_text(
+        "untuned" if winner["untuned"] else winner["program_hash"][:12]
+    )
     expect(rows.first).to_contain_text(f"({round(winner['confidence'] * 100)}%)")
     tab.shoot("finalists")

@@ -257,6 +257,23 @@ def test_a_final_with_fewer_than_two_entrants_is_skipped(log: TuningLog) -> None
     assert LeaseQueue(log).lease(worker, 8) is None
 
 
+def test_a_job_that_ends_before_its_final_is_leased_skips_it(log: TuningLog) -> None:
+    jobs = JobStore(log)
+    pending = _measured_job(log, SINGLES)
+    jobs.cancel(pending)
+    final = jobs.job(pending).final
+    assert final is not None and final.state == "skipped"
+    assert final.reason == "the job was cancelled first"
+    assert Finals(log).plan(pending) is FinalState.SKIPPED
+    queued = _measured_job(log, SINGLES, workload=get_workload("softmax", {"rows": 4, "cols": 8}))
+    Finals(log).plan(queued)
+    jobs.end_job(queued, JobStatus.FAILED)
+    final = jobs.job(queued).final
+    assert final is not None and final.state == "skipped" and "failed" in (final.reason or "")
+    worker = LeaseQueue(log).register_worker(name="w", target=TARGET, fingerprint=FINGERPRINT)
+    assert LeaseQueue(log).lease(worker, 8) is None
+
+
 def test_a_job_without_finalists_has_no_final(log: TuningLog) -> None:
     job = _measured_job(log, SINGLES, finalists=0)
     assert JobStore(log).job(job).final is None

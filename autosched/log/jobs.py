@@ -162,6 +162,7 @@ class JobStore:
             )
             if ended.rowcount == 0:
                 raise NotFound(f"no tuning job with id {job_id}")
+            Finals.drop(session, job_id, f"the job ended {status.value} first")
 
     def space_exhausted(self, workload_id: int, target_id: int) -> bool:
         """Whether a job of the workload and target ended because its design space held no
@@ -226,6 +227,7 @@ class JobStore:
                         Candidate.job_id == job_id, Candidate.state == CandidateState.QUEUED
                     )
                 )
+                Finals.drop(session, job_id, "the job was cancelled first")
         return self.job(job_id)
 
     def job(self, job_id: int) -> JobProgress:

@@ -208,6 +208,19 @@ class Finals:
         return True
 
     @staticmethod
+    def drop(session: Session, job_id: int, reason: str) -> None:
+        """Skip the job's final where no worker has it yet: its job ended without it."""
+        session.execute(
+            update(Final)
+            .where(
+                Final.job_id == job_id,
+                Final.state.in_((FinalState.PENDING, FinalState.QUEUED)),
+            )
+            .values(state=FinalState.SKIPPED, reason=reason, finished_at=utcnow())
+            .execution_options(synchronize_session=False)
+        )
+
+    @staticmethod
     def release(session: Session, lease_id: int) -> None:
         """Put the final held by ``lease_id`` back in the queue, without a strike."""
         session.execute(

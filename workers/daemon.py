@@ -21,6 +21,7 @@ from typing import Protocol, TypeVar
 from autosched.background import MAX_BACKOFF_SECS, BackgroundLoop
 from autosched.errors import Cancelled, ServiceUnavailable
 from autosched.measure import CorrectnessGate, LocalMeasurer, MeasureConfig, Measurer, Retimer
+from autosched.measure.child import ChildDied, ChildTimeout, RequestFailed
 from autosched.records import (
     Lease,
     LeasedCandidate,
@@ -207,7 +208,7 @@ def measure_lease(
 def time_final(measurer: Measurer, final: LeasedFinal) -> list[RetimedEntrant]:
     """Check the output of each entrant of a final never verified, then time the correct ones
     again side by side (``Retimer.retime``). An entrant whose output is wrong gets no samples; a
-    measurer that cannot time candidates again times none."""
+    measurer that cannot time candidates again, or a round that fails, times none."""
     if not isinstance(measurer, Retimer):
         return [RetimedEntrant(e.candidate_id, (), False) for e in final.entrants]
     checked = {
@@ -217,7 +218,13 @@ def time_final(measurer: Measurer, final: LeasedFinal) -> list[RetimedEntrant]:
         if not entrant.verified
     }
     correct = [e for e in final.entrants if checked.get(e.candidate_id, True)]
-    samples = measurer.retime(final.workload, [e.trace_json for e in correct], final.rounds)
+    try:
+        samples = measurer.retime(final.workload, [e.trace_json for e in correct], final.rounds)
+    except (ChildDied, ChildTimeout, RequestFailed) as error:  # the final fails, the worker lives
+        logger.warning(
+            "final %d of job %d: a round failed: %s", final.final_id, final.job_id, error
+        )
+        samples = [[] for _ in correct]
     timed = {e.candidate_id: tuple(taken) for e, taken in zip(correct, samples, strict=True)}
     return [
         RetimedEntrant(

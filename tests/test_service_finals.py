@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Sequence
 from datetime import UTC, datetime
 
 import pytest
@@ -19,6 +20,7 @@ from autosched.log.leases import LeaseQueue
 from autosched.log.models import FinalState
 from autosched.log.retiming import TOO_FEW, Finals
 from autosched.measure import MeasureConfig
+from autosched.measure.child import ChildDied
 from autosched.records import (
     BASELINE_TRACE,
     JobStatus,
@@ -26,10 +28,11 @@ from autosched.records import (
     MeasureResult,
     ReportedResult,
     RetimedEntrant,
+    WorkloadRef,
 )
 from autosched.server.engine import Engine
 from autosched.target import host_target
-from autosched.workers.daemon import WorkerDaemon
+from autosched.workers.daemon import WorkerDaemon, time_final
 from autosched.workload import Workload
 from autosched.workloads import get_workload
 
@@ -278,6 +281,29 @@ def test_a_job_without_finalists_has_no_final(log: TuningLog) -> None:
     job = _measured_job(log, SINGLES, finalists=0)
     assert JobStore(log).job(job).final is None
     assert Finals(log).plan(job) is None
+
+
+class _DyingRetimer:
+    """A measurer whose outputs are right and whose rounds of timing kill the runner."""
+
+    def verify(self, workload: WorkloadRef, trace: str, seed: int) -> None:
+        return None
+
+    def retime(self, workload: WorkloadRef, traces: Sequence[str], rounds: int) -> list:
+        raise ChildDied("the runner died (signal 11)")
+
+
+def test_a_worker_whose_rounds_fail_reports_the_final_untimed(log: TuningLog) -> None:
+    job = _measured_job(log, SINGLES)
+    Finals(log).plan(job)
+    worker, lease = _final_lease(log)
+    assert lease.final is not None
+    retimed = time_final(_DyingRetimer(), lease.final)  # type: ignore[arg-type]
+    assert [r.samples for r in retimed] == [(), (), ()]
+    assert LeaseQueue(log).report_final(worker, lease.id, retimed)
+    final = JobStore(log).job(job).final
+    assert final is not None and final.state == "failed"
+    assert final.reason == "no entrant could be timed again"
 
 
 def _subject(log: TuningLog, job_id: int) -> tuple[int, int]:

@@ -84,9 +84,9 @@ def write_conv_block_pt2(path: Path, *, relu6: bool = False) -> Path:
 
 
 def write_residual_block_pt2(path: Path) -> Path:
-    """A ResNet basic block on 1x16x12x12, as torch.export saves it: Conv2d(16, 16, 3, padding=1)
-    -> BatchNorm2d -> ReLU -> Conv2d(16, 16, 3, padding=1) -> BatchNorm2d, added to the block's
-    input, -> ReLU; the batch norms' statistics are random."""
+    """A ResNet basic block on 1x16x16x16 (16 output tiles of 4x4), as torch.export saves it:
+    Conv2d(16, 16, 3, padding=1) -> BatchNorm2d -> ReLU -> Conv2d(16, 16, 3, padding=1) ->
+    BatchNorm2d, added to the block's input, -> ReLU; the batch norms' statistics are random."""
     import torch
 
     class Block(torch.nn.Module):
@@ -107,7 +107,7 @@ def write_residual_block_pt2(path: Path) -> Path:
         for norm in (block.norm1, block.norm2):
             norm.running_mean.uniform_(-0.5, 0.5)
             norm.running_var.uniform_(0.5, 2.0)
-    program = torch.export.export(block.eval(), (torch.randn(1, 16, 12, 12),))
+    program = torch.export.export(block.eval(), (torch.randn(1, 16, 16, 16),))
     torch.export.save(program, str(path))
     return path
 

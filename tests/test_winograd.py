@@ -98,9 +98,9 @@ def _run(mod: tvm.IRModule, *arrays: np.ndarray) -> np.ndarray:
     ("size", "padding"),
     [
         ((16, 16), (1, 1, 1, 1)),
-        ((7, 10), (1, 1, 1, 1)),
-        ((9, 9), (0, 0, 0, 0)),
-        ((8, 8), (2, 0, 1, 1)),
+        ((15, 18), (1, 1, 1, 1)),
+        ((18, 18), (0, 0, 0, 0)),
+        ((16, 16), (2, 0, 1, 1)),
     ],
 )
 def test_a_3x3_convolution_becomes_three_kernels_with_the_direct_outputs(
@@ -129,12 +129,14 @@ def test_a_3x3_convolution_becomes_three_kernels_with_the_direct_outputs(
         {"kernel_size": 1, "padding": (0, 0, 0, 0)},
         {"kernel_as_input": True},
         {"channels": 4},
+        {"size": (7, 7)},
+        {"size": (12, 12)},
     ],
-    ids=["stride-2", "1x1", "kernel-not-constant", "few-channels"],
+    ids=["stride-2", "1x1", "kernel-not-constant", "few-channels", "4-tiles", "9-tiles"],
 )
 def test_convolutions_it_does_not_apply_to_are_left_as_they_are(case: dict) -> None:
     channels = case.pop("channels", 16)
-    mod, _ = _conv_module((16, 16), channels, 16, **case)
+    mod, _ = _conv_module(case.pop("size", (16, 16)), channels, 16, **case)
     tvm.ir.assert_structural_equal(winograd_convolutions(mod), mod)
 
 

@@ -4,8 +4,8 @@ products per channel pair where the direct convolution takes ``9 m^2`` (Lavin an
 Algorithms for Convolutional Neural Networks", 2015): ``F(4x4, 3x3)`` multiplies 4x fewer.
 
 `winograd_convolutions` rewrites every channels-last 3x3 convolution of stride 1, no dilation and
-one group whose kernel is a constant as three operators, each a kernel that MetaSchedule tunes on
-its own:
+one group whose kernel is a constant, with at least ``MIN_TILES`` output tiles, as three
+operators, each a kernel that MetaSchedule tunes on its own:
 
 1. the input transform ``V = B^T d B`` of every tile ``d`` (a TE program; the tiles overlap by two
    rows and columns, the padding is read as zeros): ``V[(m + 2)^2, tiles, in channels]``;
@@ -73,6 +73,14 @@ MIN_CHANNELS = 16
 over the input channels and vectorizes along the output channels, and fewer than a vector's
 worth leave its transforms to dominate."""
 
+MIN_TILES = 16
+"""The fewest output tiles of a convolution rewritten. The products read each transformed weight
+once per tile (2 flops per 4 bytes a tile), and the transformed kernel holds 4x the direct one's
+weights, which the direct convolution reads once per output pixel. With few tiles the products
+are bound by memory on any CPU: ResNet-18's 7x7x512 stage at batch 1 (4 tiles, 37.7 MB of
+transformed weights, 2 flops a byte) took longer as Winograd's than stock TVM's direct
+convolution on a Zen 5, while its 14x14x256 stage (16 tiles) gained from it."""
+
 # relax's op pattern kinds (``tvm/relax/transform``: kOutEWiseFusable, kOpaque)
 _FUSABLE_LIKE_A_CONVOLUTION = 4
 _OPAQUE = 8
@@ -107,10 +115,9 @@ class _Rewriter(relax.PyExprMutator):
         if not _applies(call):
             return call
         data, kernel = call.args
-        batch, height, width, _ = static_shape(data)
-        top, left, bottom, right = (int(pad) for pad in call.attrs.padding)
-        out_height, out_width = height + top + bottom - 2, width + left + right - 2
-        tiles = (batch, -(-out_height // TILE), -(-out_width // TILE))
+        batch, out_height, out_width = _output_shape(call)
+        top, left, _bottom, _right = (int(pad) for pad in call.attrs.padding)
+        tiles = _tiles(call)
         transformed = relax.const(transformed_kernel(kernel.value.numpy()))
         coefficients = relax.const(INPUT_TRANSFORM.astype(str(data.ty.dtype)))
         inverse = relax.const(OUTPUT_TRANSFORM.astype(str(data.ty.dtype)))
@@ -138,6 +145,19 @@ class _Rewriter(relax.PyExprMutator):
         )
 
 
+def _output_shape(call: relax.Call) -> tuple[int, int, int]:
+    """The batch, height and width of a channels-last 3x3 convolution's output."""
+    batch, height, width, _ = static_shape(call.args[0])
+    top, left, bottom, right = (int(pad) for pad in call.attrs.padding)
+    return batch, height + top + bottom - 2, width + left + right - 2
+
+
+def _tiles(call: relax.Call) -> tuple[int, int, int]:
+    """How many output tiles a convolution has: per image, down and across."""
+    batch, out_height, out_width = _output_shape(call)
+    return batch, -(-out_height // TILE), -(-out_width // TILE)
+
+
 def _applies(call: relax.Call) -> bool:
     """Whether ``call`` is a convolution `winograd_convolutions` rewrites."""
     if not isinstance(call.op, tvm.ir.Op) or call.op.name != "relax.nn.conv2d":
@@ -145,7 +165,7 @@ def _applies(call: relax.Call) -> bool:
     data, kernel = call.args
     attrs = call.attrs
     shape, kernel_shape = static_shape(data), static_shape(kernel)
-    return (
+    if not (
         isinstance(kernel, tvm.ir.expr.Constant)
         and shape is not None
         and kernel_shape is not None
@@ -160,7 +180,10 @@ def _applies(call: relax.Call) -> bool:
         and str(data.ty.dtype) == "float32"
         and str(kernel.ty.dtype) == "float32"
         and attrs.out_dtype in (None, "float32")
-    )
+    ):
+        return False
+    batch, down, across = _tiles(call)
+    return batch * down * across >= MIN_TILES
 
 
 def _input_transform(

@@ -314,8 +314,10 @@ class ModelJobCreate(_Request):
 
     ``inputs`` fix the shapes the file leaves open (``NAME=DIMxDIM...[:DTYPE]``, one field per
     input); ``target`` is a kind (the exact target of its live workers) or target JSON; the
-    ``trials`` are split across the model's tasks in rounds of at most ``batch_size``. Other
-    fields are refused, so a misspelt one is an error rather than a default.
+    ``trials`` are split across the model's tasks in rounds of at most ``batch_size``; once they
+    are spent, one worker times each tuned task's ``finalists`` fastest candidates again, side by
+    side with its untuned program, in ``final_rounds``. Other fields are refused, so a misspelt
+    one is an error rather than a default.
     """
 
     file: Any = Field(
@@ -332,6 +334,17 @@ class ModelJobCreate(_Request):
     batch_size: int = Field(ROUND_TRIALS, ge=1, le=MAX_BATCH)
     strategy: Strategy = DEFAULT_STRATEGY
     seed: int | None = Field(None, ge=0, le=MAX_ID)
+    finalists: int = Field(
+        FINALISTS,
+        ge=0,
+        le=MAX_FINALISTS,
+        description="How many of each tuned task's fastest candidates one worker times again "
+        "at the end, side by side with its untuned program (0: none; each task keeps its "
+        "fastest single shot).",
+    )
+    final_rounds: int = Field(
+        ROUNDS, ge=1, le=MAX_ROUNDS, description="Rounds of that timing, per task."
+    )
 
 
 class ModelTaskPublic(BaseModel):
@@ -392,6 +405,8 @@ class ModelJobPublic(BaseModel):
     batch_size: int
     strategy: str
     seed: int | None
+    finalists: int = Field(description="Candidates each tuned task's final times again.")
+    final_rounds: int = Field(description="Rounds of each task's final.")
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
@@ -417,6 +432,8 @@ class ModelJobPublic(BaseModel):
             batch_size=job.batch_size,
             strategy=job.strategy,
             seed=job.seed,
+            finalists=job.finalists,
+            final_rounds=job.final_rounds,
             created_at=job.created_at,
             started_at=job.started_at,
             finished_at=job.finished_at,

@@ -265,7 +265,8 @@ class ModelRoundRecord:
 class ModelJobProgress:
     """A model job as its submitter follows it: its tasks and rounds, and the model's estimated
     latency (the sum of weight x latency over the tasks whose untuned latency is known), with the
-    tasks' best schedules and untuned."""
+    tasks' best schedules and untuned. Each tuned task's final times its ``finalists`` fastest
+    candidates again in ``final_rounds`` (0 finalists: none)."""
 
     id: int
     name: str
@@ -275,6 +276,8 @@ class ModelJobProgress:
     batch_size: int
     strategy: str
     seed: int | None
+    finalists: int
+    final_rounds: int
     status: JobStatus
     created_at: datetime
     started_at: datetime | None

@@ -151,7 +151,7 @@ def submit(
             min=0,
             max=MAX_FINALISTS,
             help="Fastest candidates one worker times again at the end, side by side with the "
-            "untuned program (0: none); a model job's tasks always take the defaults.",
+            "untuned program (0: none); for a model, those of each tuned task.",
         ),
     ] = FINALISTS,
     rounds: Annotated[
@@ -181,6 +181,8 @@ def submit(
             "batch_size": batch or ROUND_TRIALS,
             "seed": seed,
             "strategy": strategy,
+            "finalists": finalists,
+            "final_rounds": rounds,
         }
         try:
             fields = ModelJobCreate.model_validate(document)
@@ -396,6 +398,13 @@ def _render_model(model: ModelJobPublic) -> Group:
     current = "" if model.round_job_id is None else f"; this round: job {model.round_job_id}"
     summary.add_row(
         "trials", f"{model.trials_done}/{model.trials} measured in {model.rounds} rounds{current}"
+    )
+    summary.add_row(
+        "finals",
+        f"each tuned task's top {model.finalists} and its untuned program, "
+        f"{model.final_rounds} rounds"
+        if model.finalists
+        else "none: each task keeps its fastest single shot",
     )
     estimated = [task for task in model.tasks if task.untuned_latency_secs is not None]
     summary.add_row(

@@ -7,9 +7,10 @@ shares the workers with every other job. The driver keeps no state the log does 
 round it rebuilds the task scheduler from the rounds stored, so a restarted server goes on where
 the log says the model job stands. Once the budget is spent, each tuned task's fastest candidates
 are timed again side by side with its untuned program (a final round per task, as `autosched
-tune` does for a model), then the model is compiled with its tasks' best schedules, its
-outputs are checked against ONNX Runtime where the server can run the target, and a model whose
-outputs match is recorded as tuned (as `autosched tune` records one).
+tune` does for a model, unless the model job has 0 finalists), then the model is compiled with
+its tasks' best schedules, its outputs are checked against ONNX Runtime where the server can run
+the target, and a model whose outputs match is recorded as tuned (as `autosched tune` records
+one).
 
 Only ONNX files are accepted: they are data. TVMScript files are evaluated by TVM's parser and
 PyTorch .pt2 files unpickled, so neither comes from the network.
@@ -134,6 +135,8 @@ def submit_model(
             strategy=fields.strategy,
             seed=fields.seed,
             tasks=entries,
+            finalists=fields.finalists,
+            final_rounds=fields.final_rounds,
         )
 
 
@@ -240,7 +243,7 @@ class ModelDriver(BackgroundLoop):
     def _finals_ended(self, progress: ModelJobProgress, tuned: Sequence[int]) -> bool:
         """Whether the final of every ``tuned`` task has ended: the finals are queued together
         once the budget is spent, and each makes its re-timed winner the task's best record,
-        which the compiled model then uses."""
+        which the compiled model then uses. A model job of 0 finalists has none."""
         finals = [round_ for round_ in progress.rounds if not round_.trials]
         if finals:
             ended = [self._jobs.job(round_.job_id) for round_ in finals]
@@ -249,9 +252,10 @@ class ModelDriver(BackgroundLoop):
             for round_, job in zip(finals, ended, strict=True):
                 self._models.record_round(round_.id, RoundResult(0, job.best_latency_secs, True))
             return True
-        if tuned:
-            self._models.add_finals(progress.id, position=len(progress.rounds), tasks=tuned)
-        return not tuned
+        if not (tuned and progress.finalists):
+            return True
+        self._models.add_finals(progress.id, position=len(progress.rounds), tasks=tuned)
+        return False
 
     def _conclude(self, progress: ModelJobProgress) -> None:
         """Compile the model with its tasks' best schedules, check its outputs where this

@@ -64,6 +64,8 @@ def test_bad_uploads_are_refused_with_one_line_and_nothing_is_stored(
         "unsupported operator": (("det.onnx", det), {}, 422, "does not support: Det"),
         "no static shape": (("mlp.onnx", mlp), {}, 422, "give it with inputs x=DIMxDIM"),
         "a misspelt field": (("mlp.onnx", mlp), {"input": "x=16x64"}, 422, "input: Extra inputs"),
+        "finalists below 0": (("mlp.onnx", mlp), {"finalists": -1}, 422, "finalists: Input"),
+        "no final rounds": (("mlp.onnx", mlp), {"final_rounds": 0}, 422, "final_rounds: Input"),
     }
     for case, ((name, content), fields, code, message) in cases.items():
         response = _upload(api, name, content, **fields)
@@ -87,10 +89,36 @@ def test_an_upload_is_a_queued_model_job_with_its_tasks(api: TestClient, tmp_pat
     for task in model["tasks"]:
         assert task["weight"] == 1 and task["workload_key"] and task["default_schedule"] is None
         assert task["trials"] == task["rounds"] == task["reused_records"] == 0
+    assert model["finalists"] == 8 and model["final_rounds"] == 10  # the defaults
     assert api.get(f"/api/v1/models/{model['id']}").json() == model
     assert api.get("/api/v1/models").json()["count"] == 1
     assert api.post(f"/api/v1/models/{model['id']}/cancel").json()["status"] == "cancelled"
     assert api.get("/api/v1/models/99").status_code == 404
+
+
+def test_a_model_jobs_finals_take_its_finalists_and_rounds(
+    api: TestClient, db_url: str, tmp_path: Path
+) -> None:
+    mlp = write_mlp_onnx(tmp_path / "mlp.onnx", batch="batch").read_bytes()
+    shapes = {"inputs": ["x=16x64:float32"]}
+    with TuningLog(db_url) as log:
+        models = ModelJobStore(log)
+        ids = {}
+        for finalists, rounds in ((3, 4), (0, 10)):
+            response = _upload(
+                api, "mlp.onnx", mlp, **shapes, finalists=finalists, final_rounds=rounds
+            )
+            assert response.status_code == 201, response.text
+            model = response.json()
+            assert (model["finalists"], model["final_rounds"]) == (finalists, rounds)
+            models.start(model["id"])
+            tasks = [task["position"] for task in model["tasks"]]
+            ids[finalists] = models.add_finals(model["id"], position=0, tasks=tasks)
+        assert len(ids[3]) == len(tasks)
+        for job_id in ids[3]:
+            final = JobStore(log).job(job_id).final
+            assert final is not None and (final.finalists, final.rounds) == (3, 4)
+        assert ids[0] == []  # 0 finalists: each task keeps its fastest single shot
 
 
 def _run_library(library: bytes, path: Path, array: np.ndarray) -> np.ndarray:
@@ -117,7 +145,7 @@ def test_a_model_is_tuned_by_the_workers_through_a_server_restart(
         remote = ["--server", service.url, "--token", service.client_token]
         submitted = cli(
             "submit", str(mlp), "--input", "x=16x64:float32", "--trials", "2", "--batch", "1",
-            "--seed", "0", *remote,
+            "--seed", "0", "--finalists", "1", "--rounds", "3", *remote,
         )  # fmt: skip
         assert submitted.code == 0, submitted.err
         model_id = int(submitted.out)
@@ -145,7 +173,8 @@ def test_a_model_is_tuned_by_the_workers_through_a_server_restart(
             finals = [r for r in ModelJobStore(log).progress(model_id).rounds if not r.trials]
             assert sorted(r.task for r in finals) == [t["position"] for t in tuned["tasks"]]
             for round_ in finals:
-                assert JobStore(log).job(round_.job_id).final.state == "timed"
+                final = JobStore(log).job(round_.job_id).final
+                assert (final.state, final.finalists, final.rounds) == ("timed", 1, 3)
                 timed = FinalistStore(log).of_job(round_.job_id)
                 assert len(timed) == 2 and sum(f.trace_json == BASELINE_TRACE for f in timed) == 1
         check = tuned["output_check"]
@@ -153,6 +182,7 @@ def test_a_model_is_tuned_by_the_workers_through_a_server_restart(
 
         shown = cli("status", "--model", str(model_id), *remote)
         assert shown.code == 0 and "finished" in shown.out and "outputs match" in shown.out
+        assert "top 1 and its untuned program, 3 rounds" in shown.out
 
         library = service.http.get(f"/models/{model_id}/library", timeout=300)
         assert library.status_code == 200, library.text

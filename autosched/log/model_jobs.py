@@ -94,9 +94,12 @@ class ModelJobStore:
         strategy: str,
         seed: int | None,
         tasks: Sequence[ModelJobTaskEntry],
+        finalists: int = FINALISTS,
+        final_rounds: int = ROUNDS,
     ) -> int:
-        """Store a queued model job with its file and tasks; returns its id. The tasks'
-        workloads and the target must be stored already."""
+        """Store a queued model job with its file and tasks; returns its id. Each tuned task's
+        final times its ``finalists`` fastest candidates again in ``final_rounds`` (0 finalists:
+        the tasks have no finals). The tasks' workloads and the target must be stored already."""
         with self._sessions.begin() as session:
             job = ModelJob(
                 name=name,
@@ -107,6 +110,8 @@ class ModelJobStore:
                 batch_size=batch_size,
                 strategy=strategy,
                 seed=seed,
+                finalists=finalists,
+                final_rounds=final_rounds,
                 status=JobStatus.QUEUED.value,
             )
             session.add(job)
@@ -167,7 +172,7 @@ class ModelJobStore:
         ``position`` onwards, all in one transaction: each is a tuning job of no trials whose
         final (``autosched.log.retiming``) times the task's fastest candidates again side by
         side with its untuned program. Returns the jobs' ids; none when the model job is not
-        running or its finals were added already."""
+        running, has no finals (0 finalists) or its finals were added already."""
         return self._add_rounds(model_id, position, tasks, 0)
 
     def _add_rounds(
@@ -184,8 +189,10 @@ class ModelJobStore:
                         )
                     ).all()
                 )
-                if model.status != JobStatus.RUNNING.value or any(
-                    workloads.get(task) is None for task in tasks
+                if (
+                    model.status != JobStatus.RUNNING.value
+                    or any(workloads.get(task) is None for task in tasks)
+                    or not (trials or model.finalists)
                 ):
                     return []
                 ids = []
@@ -201,7 +208,7 @@ class ModelJobStore:
                     session.add(job)
                     session.flush()
                     if not trials:
-                        Finals.add(session, job.id, FINALISTS, ROUNDS)
+                        Finals.add(session, job.id, model.finalists, model.final_rounds)
                     session.add(
                         ModelJobRound(
                             model_job_id=model_id,
@@ -371,6 +378,8 @@ def _progress(session: Session, job: ModelJob) -> ModelJobProgress:
         batch_size=job.batch_size,
         strategy=job.strategy,
         seed=job.seed,
+        finalists=job.finalists,
+        final_rounds=job.final_rounds,
         status=JobStatus(job.status),
         created_at=job.created_at,
         started_at=job.started_at,

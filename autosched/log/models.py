@@ -30,6 +30,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+from autosched.finalists import FINALISTS, ROUNDS
+
 NAMING_CONVENTION = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
     "uq": "uq_%(table_name)s_%(column_0_N_name)s",
@@ -473,9 +475,10 @@ class TunedModelTask(Base):
 class ModelJob(Base):
     """A whole model submitted to the service for tuning (``autosched.log.model_jobs``): the
     uploaded ONNX file itself (``onnx``, so that nothing depends on a server's memory), its inputs'
-    static shapes, the target and the trial budget its rounds share. ``status`` takes the values
-    of a tuning job's; ``reason`` says why it failed or stopped; ``output_check`` how its compiled
-    outputs compared with ONNX Runtime's, or why that check was not run."""
+    static shapes, the target and the trial budget its rounds share, and the ``finalists`` each
+    tuned task's final times again in ``final_rounds`` (0 finalists: no finals). ``status`` takes
+    the values of a tuning job's; ``reason`` says why it failed or stopped; ``output_check`` how
+    its compiled outputs compared with ONNX Runtime's, or why that check was not run."""
 
     __tablename__ = "model_jobs"
     __table_args__ = (
@@ -485,6 +488,8 @@ class ModelJob(Base):
         ),
         CheckConstraint("trials >= 0", name="trials"),
         CheckConstraint("batch_size >= 1", name="batch_size"),
+        CheckConstraint("finalists >= 0", name="finalists"),
+        CheckConstraint("final_rounds >= 1", name="final_rounds"),
     )
 
     id: Mapped[IntPk]
@@ -496,6 +501,8 @@ class ModelJob(Base):
     batch_size: Mapped[int]
     strategy: Mapped[Name]
     seed: Mapped[int | None]
+    finalists: Mapped[int] = mapped_column(server_default=str(FINALISTS))
+    final_rounds: Mapped[int] = mapped_column(server_default=str(ROUNDS))
     status: Mapped[str] = mapped_column(String(16))
     created_at: Mapped[CreatedAt]
     started_at: Mapped[datetime | None]

@@ -5,15 +5,19 @@ of its calls shows what the VM spends between kernels.
 
 The log must hold the model's tuning, for example from
 ``autosched bench models --models resnet18 --db sqlite:///resnet18.db``; the zoo model is rebuilt
-with its seeded weights, so its tasks are the ones that run tuned.
+with its seeded weights, so its tasks are the ones that run tuned. ``--library`` profiles a model
+built elsewhere too, such as stock TVM's (``stock/model.so`` in the work folder of
+``autosched bench models --work-dir``); with ``--rounds``, the builds are profiled in turn that
+many times, so that a slow spell of the host falls on both.
 
     python benchmarks/model_profile.py --model resnet18 --db sqlite:///resnet18.db
-                                       [--runs 20] [--json]
+                                       [--library stock=PATH.so] [--rounds 3] [--runs 20] [--json]
 
-Per function the VM calls (the kernels, and its builtins: allocations, reshapes): calls per run,
-median microseconds per run inside the model (all its calls), the tuning's best latency times the
-calls, and their ratio. The instrument's own cost (a Python call before and after each kernel)
-falls between the calls, so it inflates the model's instrumented time, not the kernels'.
+Per build and function the VM calls (the kernels, and its builtins: allocations, reshapes): calls
+per run, median microseconds per run inside the model (all its calls; the median over the rounds
+of each round's median), the tuning's best latency times the calls, and their ratio. The
+instrument's own cost (a Python call before and after each kernel) falls between the calls, so it
+inflates the model's instrumented time, not the kernels'.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import statistics
 import tempfile
 import time
 from collections import defaultdict
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -76,68 +81,92 @@ def kernel_times(
     return per_run, dict(calls), walls
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", choices=sorted(MODELS), required=True)
-    parser.add_argument("--db", required=True, help="the tuning log that holds the model's tuning")
-    parser.add_argument("--runs", type=int, default=20)
-    parser.add_argument("--json", action="store_true")
-    args = parser.parse_args()
-    target = host_target()
-    use_threads(target["num-cores"])
-    module, example = MODELS[args.model].instantiate()
+@dataclass
+class Build:
+    """A compiled model to profile: its name, what the VM runs, and per task its tuned latency
+    (none for a build whose log is not ours)."""
+
+    name: str
+    executable: relax.VMExecutable | tvm.runtime.Module
+    tuned: dict[str, float] = field(default_factory=dict)
+    model_secs: list[float] = field(default_factory=list)
+    walls: list[float] = field(default_factory=list)
+    kernels: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+    calls: dict[str, int] = field(default_factory=dict)
+
+    def profile(self, inputs: list, runs: int) -> None:
+        """One round: the model's latency, then each function's time inside it."""
+        self.model_secs.append(
+            time_repeats(vm_inference(self.executable, inputs), MODEL_REPEATS).median_secs
+        )
+        per_run, self.calls, walls = kernel_times(self.executable, inputs, runs)
+        self.walls.append(statistics.median(walls))
+        for symbol, samples in per_run.items():
+            self.kernels[symbol].append(statistics.median(samples))
+
+    def summary(self) -> dict:
+        rows = []
+        for symbol, medians in self.kernels.items():
+            # a kernel that packs a weight is built under its task's name with this suffix
+            best = self.tuned.get(symbol.removesuffix("_prepacked"))
+            calls = self.calls.get(symbol, 0)
+            rows.append(
+                {
+                    "function": symbol,
+                    "calls": calls,
+                    "in_model_us": statistics.median(medians) * 1e6,
+                    "tuned_us": None if best is None else best * calls * 1e6,
+                }
+            )
+        rows.sort(key=lambda row: -row["in_model_us"])
+        return {
+            "build": self.name,
+            "model_us": statistics.median(self.model_secs) * 1e6,
+            "model_rounds_us": [secs * 1e6 for secs in self.model_secs],
+            "instrumented_us": statistics.median(self.walls) * 1e6,
+            "kernels_us": sum(row["in_model_us"] for row in rows),
+            "tuned_us": sum(row["tuned_us"] or 0.0 for row in rows),
+            "without_tuning": sorted(row["function"] for row in rows if row["tuned_us"] is None),
+            "kernels": rows,
+        }
+
+
+def _ours(model_name: str, db: str, target: dict) -> tuple[Build, list]:
+    """The model built with the log's best schedules, and random inputs for it."""
+    module, example = MODELS[model_name].instantiate()
     with tempfile.TemporaryDirectory(prefix="model-profile-") as work:
-        path = Path(work) / f"{args.model}.pt2"
+        path = Path(work) / f"{model_name}.pt2"
         torch.export.save(torch.export.export(module, example), str(path))
         model = load_model(path)
     tasks = extract_tasks(model, target)
-    log = TuningLog(args.db)
+    log = TuningLog(db)
     try:
         schedules = best_schedules(log, tasks, target)
     finally:
         log.close()
-    executable = compile_model(model, schedules, target)
-    inputs = random_model_inputs(model.inputs)
-    model_secs = time_repeats(vm_inference(executable, inputs), MODEL_REPEATS).median_secs
-    per_run, calls, walls = kernel_times(executable, inputs, args.runs)
     tuned = {
         schedule.task.name: schedule.record.median_secs
         for schedule in schedules
         if schedule.record is not None and schedule.record.median_secs is not None
     }
-    rows = []
-    for symbol, samples in per_run.items():
-        # a kernel that packs a weight is built under its task's name with this suffix
-        best = tuned.get(symbol.removesuffix("_prepacked"))
-        rows.append(
-            {
-                "function": symbol,
-                "calls": calls.get(symbol, 0),
-                "in_model_us": statistics.median(samples) * 1e6,
-                "tuned_us": None if best is None else best * calls.get(symbol, 0) * 1e6,
-            }
-        )
-    rows.sort(key=lambda row: -row["in_model_us"])
-    summary = {
-        "cpu": cpu_name(target),
-        "model": args.model,
-        "model_us": model_secs * 1e6,
-        "instrumented_us": statistics.median(walls) * 1e6,
-        "kernels_us": sum(row["in_model_us"] for row in rows),
-        "tuned_us": sum(row["tuned_us"] or 0.0 for row in rows),
-        "without_tuning": sorted(row["function"] for row in rows if row["tuned_us"] is None),
-        "kernels": rows,
-    }
-    if args.json:
-        print(json.dumps(summary, indent=2))
-        return
+    build = Build("autosched", compile_model(model, schedules, target), tuned)
+    return build, random_model_inputs(model.inputs)
+
+
+def _library(text: str) -> Build:
+    name, _, path = text.rpartition("=")
+    return Build(name or Path(path).stem, tvm.runtime.load_module(path))
+
+
+def _print(cpu: str, model: str, summary: dict) -> None:
+    rounds = ", ".join(f"{us:.0f}" for us in summary["model_rounds_us"])
     print(
-        f"{summary['cpu']}, {args.model}: model {summary['model_us']:.0f} us "
-        f"(instrumented {summary['instrumented_us']:.0f}), its kernels {summary['kernels_us']:.0f}"
-        f" us in the model, {summary['tuned_us']:.0f} us as tuned"
+        f"{cpu}, {model}, {summary['build']}: model {summary['model_us']:.0f} us (rounds: "
+        f"{rounds}; instrumented {summary['instrumented_us']:.0f}), its kernels "
+        f"{summary['kernels_us']:.0f} us in the model, {summary['tuned_us']:.0f} us as tuned"
     )
     print(f"{'function':<64} {'calls':>5} {'in model us':>11} {'tuned us':>9} {'ratio':>6}")
-    for row in rows:
+    for row in summary["kernels"]:
         tuned_us = row["tuned_us"]
         ratio = "" if not tuned_us else f"{row['in_model_us'] / tuned_us:.2f}"
         tuned_text = "" if tuned_us is None else f"{tuned_us:.0f}"
@@ -145,6 +174,37 @@ def main() -> None:
             f"{row['function'][:64]:<64} {row['calls']:>5} {row['in_model_us']:>11.0f}"
             f" {tuned_text:>9} {ratio:>6}"
         )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", choices=sorted(MODELS), required=True)
+    parser.add_argument("--db", required=True, help="the tuning log that holds the model's tuning")
+    parser.add_argument(
+        "--library",
+        action="append",
+        default=[],
+        metavar="[NAME=]PATH",
+        help="a library of the same model built elsewhere (stock TVM's model.so), profiled too",
+    )
+    parser.add_argument("--rounds", type=int, default=1, help="profiles of each build, in turn")
+    parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    target = host_target()
+    use_threads(target["num-cores"])
+    ours, inputs = _ours(args.model, args.db, target)
+    builds = [ours, *(_library(text) for text in args.library)]
+    for _ in range(args.rounds):
+        for build in builds:
+            build.profile(inputs, args.runs)
+    summaries = [build.summary() for build in builds]
+    cpu = cpu_name(target)
+    if args.json:
+        print(json.dumps({"cpu": cpu, "model": args.model, "builds": summaries}, indent=2))
+        return
+    for summary in summaries:
+        _print(cpu, args.model, summary)
 
 
 if __name__ == "__main__":

@@ -103,7 +103,7 @@ def test_a_model_jobs_finals_take_its_finalists_and_rounds(
     shapes = {"inputs": ["x=16x64:float32"]}
     with TuningLog(db_url) as log:
         models = ModelJobStore(log)
-        ids = {}
+        ids, tasks = {}, {}
         for finalists, rounds in ((3, 4), (0, 10)):
             response = _upload(
                 api, "mlp.onnx", mlp, **shapes, finalists=finalists, final_rounds=rounds
@@ -112,9 +112,9 @@ def test_a_model_jobs_finals_take_its_finalists_and_rounds(
             model = response.json()
             assert (model["finalists"], model["final_rounds"]) == (finalists, rounds)
             models.start(model["id"])
-            tasks = [task["position"] for task in model["tasks"]]
-            ids[finalists] = models.add_finals(model["id"], position=0, tasks=tasks)
-        assert len(ids[3]) == len(tasks)
+            tasks[finalists] = [task["position"] for task in model["tasks"]]
+            ids[finalists] = models.add_finals(model["id"], position=0, tasks=tasks[finalists])
+        assert len(ids[3]) == len(tasks[3])
         for job_id in ids[3]:
             final = JobStore(log).job(job_id).final
             assert final is not None and (final.finalists, final.rounds) == (3, 4)

@@ -23,7 +23,6 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from autosched.errors import NotFound
-from autosched.finalists import FINALISTS, ROUNDS
 from autosched.log.jobs import JobStore, queued_job
 from autosched.log.models import (
     BestRecord,
@@ -94,8 +93,8 @@ class ModelJobStore:
         strategy: str,
         seed: int | None,
         tasks: Sequence[ModelJobTaskEntry],
-        finalists: int = FINALISTS,
-        final_rounds: int = ROUNDS,
+        finalists: int,
+        final_rounds: int,
     ) -> int:
         """Store a queued model job with its file and tasks; returns its id. Each tuned task's
         final times its ``finalists`` fastest candidates again in ``final_rounds`` (0 finalists:

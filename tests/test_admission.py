@@ -155,6 +155,7 @@ def test_every_built_in_workload_is_admitted_and_rebuilds_to_its_key() -> None:
         ("matmul", {"weights": "B"}),
         ("softmax", {}),
         ("conv2d_nchw", {}),
+        ("conv2d_nchw_winograd", {"preset": "resnet50_res3_3x3"}),
         ("layernorm", {}),
         ("dropout_philox", {}),
     ]:

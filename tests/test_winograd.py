@@ -1,7 +1,8 @@
-"""Winograd's F(4x4, 3x3) for a model's 3x3 convolutions: the matrices compute the convolution,
-the rewrite gives the direct convolution's outputs (odd sizes and asymmetric padding too) as three
-kernels whose last takes the epilogue, leaves alone the convolutions it does not apply to, and a
-model's Winograd tasks tune and build into a model that matches PyTorch."""
+"""Winograd's F(4x4, 3x3): the matrices compute the convolution; the kernel workload takes and
+gives what the direct convolution does, and tunes into programs that still do; a model's rewrite
+gives the direct convolution's outputs (odd sizes and asymmetric padding too) as three kernels
+whose last takes the epilogue, leaves alone the convolutions it does not apply to, and a model's
+Winograd tasks tune and build into a model that matches PyTorch."""
 
 from __future__ import annotations
 
@@ -13,19 +14,17 @@ import pytest
 import tvm
 from helpers import Cli
 from model_files import write_residual_block_pt2
+from test_workloads import run_unscheduled
 from tvm import relax
 
 from autosched.model.load import load_model
 from autosched.model.tasks import extract_tasks, fuse
-from autosched.model.winograd import (
-    ALPHA,
-    INPUT_TRANSFORM,
-    OUTPUT_TRANSFORM,
-    TILE,
-    transformed_kernel,
-    winograd_convolutions,
-)
+from autosched.model.winograd import transformed_kernel, winograd_convolutions
 from autosched.target import parse_target
+from autosched.workload import mismatch, random_inputs
+from autosched.workloads import get_workload
+from autosched.workloads.nn import RESNET50_LAYERS
+from autosched.workloads.winograd import ALPHA, INPUT_TRANSFORM, OUTPUT_TRANSFORM, TILE
 
 
 def _correlate(image: np.ndarray, kernel: np.ndarray) -> np.ndarray:
@@ -50,6 +49,50 @@ def test_the_transforms_compute_a_tile_of_the_convolution() -> None:
     tile_out = np.einsum("ua,abo,vb->uvo", OUTPUT_TRANSFORM, products, OUTPUT_TRANSFORM)
     assert tile_out.shape == (TILE, TILE, 7)
     np.testing.assert_allclose(tile_out, _correlate(tile, kernel), rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"H": 9, "W": 7, "CI": 5, "CO": 6, "padding": 1},
+        {"N": 2, "H": 6, "W": 13, "CI": 4, "CO": 3, "padding": 2},
+        {"H": 10, "W": 10, "CI": 3, "CO": 4, "padding": 0},
+    ],
+    ids=["ragged-tiles", "batch-2-padding-2", "no-padding"],
+)
+def test_the_winograd_kernel_takes_and_gives_what_the_direct_convolution_does(
+    params: dict[str, int],
+) -> None:
+    winograd = get_workload("conv2d_nchw_winograd", params)
+    direct = get_workload("conv2d_nchw", params)  # a 3x3 kernel of stride 1 by default
+    assert winograd.args == direct.args and winograd.flops == direct.flops
+    inputs = random_inputs(direct, seed=2)[:2]
+    (expected,) = direct.reference(inputs)
+    (got,) = run_unscheduled(winograd, inputs)
+    assert mismatch(got, expected) is None
+    assert np.abs(got - expected).max() > 0  # computed another way, not the same sums
+
+
+def test_the_winograd_kernels_presets_are_resnet50s_3x3_layers_of_stride_1() -> None:
+    for name, layer in RESNET50_LAYERS.items():
+        if (layer["KH"], layer["stride"]) != (3, 1):
+            continue
+        winograd = get_workload("conv2d_nchw_winograd", {"preset": name})
+        assert winograd.args == get_workload("conv2d_nchw", {"preset": name}).args
+
+
+def test_the_winograd_kernel_tunes_into_programs_that_match_the_direct_convolution(
+    cli: Cli, tmp_path: Path
+) -> None:
+    shape = ["-p", "H=10", "-p", "W=9", "-p", "CI=8", "-p", "CO=8"]
+    result = cli("tune", "conv2d_nchw_winograd", *shape, "--trials", "4", "--batch", "4",
+                 "--seed", "0", "--finalists", "0", "--db", f"sqlite:///{tmp_path / 'w.db'}",
+                 "--json")  # fmt: skip
+    assert result.code == 0, result.err
+    report = json.loads(result.out)
+    # every candidate's result is checked against the direct convolution's reference
+    assert report["trials"] == 4 and report["failed"] == 0
+    assert report["best_latency_us"] > 0
 
 
 def _conv_module(

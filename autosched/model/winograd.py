@@ -15,11 +15,12 @@ operators, each a kernel that MetaSchedule tunes on its own:
    (a TE program marked as fusable as the convolution was, so its bias, residual add and
    activation fuse into it).
 
-The transforms are separable: each is two passes of 1-d transforms, rows then columns. With the
-interpolation points 0, +-1, +-2 and infinity, ``B^T`` and ``A^T`` are small integers, exact in
-float32; the kernel is transformed in float64 and rounded once. The error added is of the order of
-the float32 rounding of the transforms' sums, checked against the direct convolution by the tests
-and by every model's output check.
+The matrices are those of `autosched.workloads.winograd`, whose ``conv2d_nchw_winograd`` is the
+same algorithm as one kernel. The transforms are separable: each is two passes of 1-d transforms,
+rows then columns. With the interpolation points 0, +-1, +-2 and infinity, ``B^T`` and ``A^T``
+are small integers, exact in float32; the kernel is transformed in float64 and rounded once. The
+error added is of the order of the float32 rounding of the transforms' sums, checked against the
+direct convolution by the tests and by every model's output check.
 """
 
 from __future__ import annotations
@@ -29,44 +30,13 @@ import tvm
 from tvm import relax, te
 
 from autosched.model.relax_ir import static_shape
-
-TILE = 4
-"""``m``: the side of the output tile each transform computes (``F(4x4, 3x3)``)."""
-
-# Lavin and Gray's F(4x4, 3x3): points 0, 1, -1, 2, -2 and infinity.
-INPUT_TRANSFORM = np.array(
-    [
-        [4, 0, -5, 0, 1, 0],
-        [0, -4, -4, 1, 1, 0],
-        [0, 4, -4, -1, 1, 0],
-        [0, -2, -1, 2, 1, 0],
-        [0, 2, -1, -2, 1, 0],
-        [0, 4, 0, -5, 0, 1],
-    ],
-    dtype=np.float64,
+from autosched.workloads.winograd import (
+    ALPHA,
+    INPUT_TRANSFORM,
+    KERNEL_TRANSFORM,
+    OUTPUT_TRANSFORM,
+    TILE,
 )
-KERNEL_TRANSFORM = np.array(
-    [
-        [1 / 4, 0, 0],
-        [-1 / 6, -1 / 6, -1 / 6],
-        [-1 / 6, 1 / 6, -1 / 6],
-        [1 / 24, 1 / 12, 1 / 6],
-        [1 / 24, -1 / 12, 1 / 6],
-        [0, 0, 1],
-    ],
-    dtype=np.float64,
-)
-OUTPUT_TRANSFORM = np.array(
-    [
-        [1, 1, 1, 1, 1, 0],
-        [0, 1, -1, 2, -2, 0],
-        [0, 1, 1, 4, 4, 0],
-        [0, 1, -1, 8, -8, 1],
-    ],
-    dtype=np.float64,
-)
-ALPHA = TILE + 2
-"""The side of an input tile and of its transform."""
 
 MIN_CHANNELS = 16
 """The fewest input and output channels of a convolution rewritten: the batch matmul reduces

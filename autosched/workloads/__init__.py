@@ -11,6 +11,7 @@ from autosched.workloads import (  # noqa: F401 (importing them registers their 
     philox,
     quantized,
     ragged,
+    winograd,
 )
 from autosched.workloads._registry import (
     Param,

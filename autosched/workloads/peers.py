@@ -135,7 +135,7 @@ def _conv2d(workload: Workload) -> Peer:
     """PyTorch's convolution on contiguous tensors in both of its memory layouts, NCHW and
     channels-last (inputs converted before timing); the faster counts."""
     params = workload.params
-    stride, padding = int(params["stride"]), int(params["padding"])
+    stride, padding = int(params.get("stride", 1)), int(params["padding"])
     torch = _torch()
     if torch is None:
         return _scipy_conv2d(workload)
@@ -176,7 +176,7 @@ def _scipy_conv2d(workload: Workload) -> Peer:
     from scipy import signal
 
     params = workload.params
-    stride, padding = int(params["stride"]), int(params["padding"])
+    stride, padding = int(params.get("stride", 1)), int(params["padding"])
     depthwise = workload.name == "depthwise_conv2d"
 
     def bind(inputs: list[np.ndarray]) -> Callable[[], Outputs]:
@@ -415,6 +415,7 @@ _PEERS: dict[str, Callable[[Workload], Peer]] = {
     "dense_bias_relu": _numpy_dense_bias_relu,
     "conv2d_nhwc": _conv2d,
     "conv2d_nchw": _conv2d,
+    "conv2d_nchw_winograd": _conv2d,
     "depthwise_conv2d": _conv2d,
     "conv1d_glu": _conv1d_glu,
     "softmax": _softmax,

@@ -4,17 +4,25 @@ of stride 1 that takes and gives what ``conv2d_nchw`` does, computed with 4x few
 
 Each ``m x m`` tile of the output comes from an ``(m + 2) x (m + 2)`` tile of the input with
 ``(m + 2)^2`` products per channel pair where the direct convolution takes ``9 m^2``. The
-program has four stages, tuned together: the kernel transform ``U = G g G^T`` (inside the call,
-so the program takes the kernel as given), the input transform ``V = B^T d B`` of every tile
-(the tiles overlap by two rows and columns; padding and the ragged last tiles read zeros), one
-batch of ``(m + 2)^2`` matrix products ``M = V U`` over the input channels, and the output
-transform ``Y = A^T M A``. Each transform is separable: two passes of 1-d transforms, rows then
-columns, whose coefficients are constants of the program (a schedule that unrolls the short
-loops folds them). With the points 0, +-1, +-2 and infinity, ``B^T`` and ``A^T`` are small
+program computes, in one call: the kernel transform ``U = G g G^T`` (inside the call, so the
+program takes the kernel as given), the input transform ``V = B^T d B`` of every tile (the tiles
+overlap by two rows and columns; padding and the ragged last tiles read zeros), one batch of
+``(m + 2)^2`` matrix products ``M = V U`` over the input channels, and the output transform
+``Y = A^T M A``. With the points 0, +-1, +-2 and infinity, ``B^T`` and ``A^T`` are small
 integers, exact in float32.
+
+Each transform is separable, two passes of 1-d transforms (rows, then columns), and each pass is
+a spatial stage whose sums are written out with the coefficients as constants of the program.
+The search tiles the products; the transform stages are kept out of its rules (parallelized,
+vectorized and unrolled with the rest of the program). Searched, their reductions were tiled like
+the products, which made 2,187 design spaces and builds of up to minutes; their constant indices
+also defeat MetaSchedule's fusion of a consumer into a tile, hence the copy of the products that
+the search may fuse as their write cache.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import numpy as np
 from tvm import te, tirx
@@ -24,6 +32,9 @@ from autosched.workload import Workload, workload_from_te
 from autosched.workloads._common import to_accumulation
 from autosched.workloads._registry import Param, register_workload
 from autosched.workloads.nn import RESNET50_LAYERS
+
+_UNSEARCHED = {"schedule_rule": "None"}
+"""The annotation that keeps MetaSchedule's rules off a stage."""
 
 TILE = 4
 """``m``: the side of the output tile each transform computes (``F(4x4, 3x3)``)."""
@@ -65,16 +76,33 @@ OUTPUT_TRANSFORM = np.array(
 )
 
 
-def coefficient(matrix: np.ndarray, row: tirx.PrimExpr, col: tirx.PrimExpr, dtype: str):
-    """``matrix[row, col]`` as an expression of constants: a chain of selects over the nonzero
-    entries, which folds to one constant once both indices are known (an unrolled loop)."""
-    value = tirx.const(0, dtype)
-    for (i, j), entry in np.ndenumerate(matrix):
-        if entry:
-            value = tirx.Select(
-                tirx.all(row == i, col == j), tirx.const(float(entry), dtype), value
-            )
+def coefficient(matrix: np.ndarray, row: tirx.PrimExpr, col: int) -> tirx.PrimExpr:
+    """``matrix[row, col]`` for a column known when the program is written: a chain of selects
+    over that column's nonzero entries, which folds to a constant where ``row`` is known (an
+    unrolled loop), and otherwise costs a few scalar selects per vector where ``row`` is an
+    outer loop's."""
+    value = tirx.const(0, "float32")
+    for i, number in enumerate(matrix[:, col]):
+        if number:
+            value = tirx.Select(row == i, tirx.const(float(number), "float32"), value)
     return value
+
+
+def transform_stage(
+    shape: tuple[int, ...], term: Callable[..., tirx.PrimExpr], length: int, name: str
+) -> te.Tensor:
+    """A pass of 1-d transforms: each element the sum of ``term(*index, j)`` over ``j`` below
+    ``length``, written out (no reduction loop), so that the stage is spatial and its innermost
+    axis vectorizes. Kept out of the search's rules, which would inline it into its consumer (and
+    so recompute it there) or tile it."""
+
+    def element(*index: tirx.PrimExpr) -> tirx.PrimExpr:
+        total = term(*index, 0)
+        for j in range(1, length):
+            total = total + term(*index, j)
+        return total
+
+    return te.compute(shape, element, name=name, attrs=_UNSEARCHED)
 
 
 @register_workload(
@@ -104,79 +132,68 @@ def conv2d_nchw_winograd(N: int, H: int, W: int, CI: int, CO: int, padding: int)
     tiles = N * rows * cols
     data = te.placeholder((N, CI, H, W), dtype, name="data")
     weight = te.placeholder((CO, CI, 3, 3), dtype, name="weight")
-
-    # U[k = a * ALPHA + b, ci, co] = (G g G^T)[a, b]: the kernel's columns, then its rows
-    kw = te.reduce_axis((0, 3), name="kw")
-    kernel_cols = te.compute(
-        (CO, CI, 3, ALPHA),
-        lambda co, ci, kh, b: te.sum(
-            weight[co, ci, kh, kw] * coefficient(KERNEL_TRANSFORM, b, kw, dtype), axis=kw
-        ),
-        name="kernel_cols",
+    # U[a, b, ci, co] = (G g G^T)[a, b]: the kernel's columns, then its rows
+    kernel_cols = transform_stage(
+        (3, ALPHA, CI, CO),
+        lambda kh, b, ci, co, j: coefficient(KERNEL_TRANSFORM, b, j) * weight[co, ci, kh, j],
+        3,
+        "kernel_cols",
     )
-    kh = te.reduce_axis((0, 3), name="kh")
-    kernel = te.compute(
-        (ALPHA * ALPHA, CI, CO),
-        lambda k, ci, co: te.sum(
-            coefficient(KERNEL_TRANSFORM, k // ALPHA, kh, dtype)
-            * kernel_cols[co, ci, kh, k % ALPHA],
-            axis=kh,
-        ),
-        name="kernel_transform",
+    kernel = transform_stage(
+        (ALPHA, ALPHA, CI, CO),
+        lambda a, b, ci, co, j: coefficient(KERNEL_TRANSFORM, a, j) * kernel_cols[j, b, ci, co],
+        3,
+        "kernel_transform",
     )
 
-    # V[k = a * ALPHA + b, ci, p] = (B^T d B)[a, b] of tile p: rows first, then columns
-    def pixel(ci: tirx.PrimExpr, p: tirx.PrimExpr, y: tirx.PrimExpr, x: tirx.PrimExpr):
+    # V[a, b, ci, p] = (B^T d B)[a, b] of tile p: rows first, then columns
+    def pixel(ci: tirx.PrimExpr, p: tirx.PrimExpr, y: int, x: tirx.PrimExpr) -> tirx.PrimExpr:
         n, tile = p // (rows * cols), p % (rows * cols)
         h = tile // cols * TILE + y - padding
         w = tile % cols * TILE + x - padding
         inside = tirx.all(h >= 0, h < H, w >= 0, w < W)
         return tirx.if_then_else(inside, data[n, ci, h, w], tirx.const(0, dtype))
 
-    r = te.reduce_axis((0, ALPHA), name="r")
-    input_rows = te.compute(
-        (ALPHA, CI, tiles, ALPHA),
-        lambda a, ci, p, x: te.sum(
-            coefficient(INPUT_TRANSFORM, a, r, dtype) * pixel(ci, p, r, x), axis=r
-        ),
-        name="input_rows",
+    input_rows = transform_stage(
+        (ALPHA, ALPHA, CI, tiles),
+        lambda a, x, ci, p, j: coefficient(INPUT_TRANSFORM, a, j) * pixel(ci, p, j, x),
+        ALPHA,
+        "input_rows",
     )
-    s = te.reduce_axis((0, ALPHA), name="s")
-    transformed = te.compute(
-        (ALPHA * ALPHA, CI, tiles),
-        lambda k, ci, p: te.sum(
-            input_rows[k // ALPHA, ci, p, s] * coefficient(INPUT_TRANSFORM, k % ALPHA, s, dtype),
-            axis=s,
-        ),
-        name="input_transform",
+    transformed = transform_stage(
+        (ALPHA, ALPHA, CI, tiles),
+        lambda a, b, ci, p, j: coefficient(INPUT_TRANSFORM, b, j) * input_rows[a, j, ci, p],
+        ALPHA,
+        "input_transform",
     )
 
-    # M[k, p, co] = sum over ci of V[k, ci, p] U[k, ci, co]
+    # M[a, b, p, co] = sum over ci of V[a, b, ci, p] U[a, b, ci, co]: the stage the search tiles
     ci = te.reduce_axis((0, CI), name="ci")
     products = te.compute(
-        (ALPHA * ALPHA, tiles, CO),
-        lambda k, p, co: te.sum(transformed[k, ci, p] * kernel[k, ci, co], axis=ci),
+        (ALPHA, ALPHA, tiles, CO),
+        lambda a, b, p, co: te.sum(transformed[a, b, ci, p] * kernel[a, b, ci, co], axis=ci),
         name="products",
+    )
+    # a copy the search may fuse into the products' tiles as their write cache (see above)
+    products = te.compute(
+        products.shape, lambda *i: products(*i), name="products_written", attrs=_UNSEARCHED
     )
 
     # Y[n, co, h, w] = (A^T M A)[h % m, w % m] of the tile holding (h, w): rows, then columns
-    a = te.reduce_axis((0, ALPHA), name="a")
-    output_rows = te.compute(
+    output_rows = transform_stage(
         (TILE, ALPHA, tiles, CO),
-        lambda u, b, p, co: te.sum(
-            coefficient(OUTPUT_TRANSFORM, u, a, dtype) * products[a * ALPHA + b, p, co], axis=a
-        ),
-        name="output_rows",
+        lambda u, b, p, co, j: coefficient(OUTPUT_TRANSFORM, u, j) * products[j, b, p, co],
+        ALPHA,
+        "output_rows",
     )
-    b = te.reduce_axis((0, ALPHA), name="b")
-    out = te.compute(
+    out = transform_stage(
         (N, CO, OH, OW),
-        lambda n, co, h, w: te.sum(
-            output_rows[h % TILE, b, (n * rows + h // TILE) * cols + w // TILE, co]
-            * coefficient(OUTPUT_TRANSFORM, w % TILE, b, dtype),
-            axis=b,
+        lambda n, co, h, w, j: (
+            coefficient(OUTPUT_TRANSFORM, w % TILE, j)
+            * output_rows[h % TILE, j, (n * rows + h // TILE) * cols + w // TILE, co]
         ),
-        name="output_transform",
+        ALPHA,
+        "output_transform",
     )
 
     def reference(inputs: list[np.ndarray]) -> list[np.ndarray]:

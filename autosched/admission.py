@@ -4,13 +4,13 @@ evaluates its expressions as Python.
 
 A program is admitted when its JSON graph holds only the node types of a TIR function, calls only
 pure math intrinsics (nothing that leaves the kernel: no ``call_extern``, ``call_packed``, LLVM
-intrinsics or calls of other functions), has no attribute statements and no block annotations,
-declares its buffers with static shapes, and its buffers hold at most ``max_bytes`` in all. Of
-function attributes it may carry only its name, the no-alias and schedulable-TIR marks,
-``layout_free_buffers`` (the positions of parameters that are constant weights, which a schedule
-may store in a layout of its own), each position one of its parameters, and the flag
-``autosched.cold_cache`` (its candidates are timed with the CPU caches flushed, as a model's
-kernel runs).
+intrinsics or calls of other functions), has no attribute statements, no block annotations but
+``schedule_rule`` "None" (MetaSchedule's rules keep off such a block), declares its buffers with
+static shapes, and its buffers hold at most ``max_bytes`` in all. Of function attributes it may
+carry only its name, the no-alias and schedulable-TIR marks, ``layout_free_buffers`` (the
+positions of parameters that are constant weights, which a schedule may store in a layout of its
+own), each position one of its parameters, and the flag ``autosched.cold_cache`` (its candidates
+are timed with the CPU caches flushed, as a model's kernel runs).
 """
 
 from __future__ import annotations
@@ -67,6 +67,8 @@ PURE_MATH_OPS = frozenset(
 # "s_tir" marks a function as schedulable TIR, as TE and TVMScript make them.
 _LAYOUT_FREE = "layout_free_buffers"
 COLD_CACHE = "autosched.cold_cache"
+_SCHEDULE_RULE = "schedule_rule"
+_BLOCK_ANNOTATIONS = frozenset({_SCHEDULE_RULE})
 """A function attribute: time the program's candidates with the CPU caches flushed before each
 call (inputs other than the first), as it runs between the other kernels of a model, its weights
 coming from memory; the flag is part of the program, so its key and records are its own."""
@@ -153,7 +155,7 @@ class _Graph:
             if kind == "tirx.PrimFunc":
                 self._check_function_attrs(data)
             if kind == "s_tir.SBlock":
-                self._check_keys(self._field(data, "annotations"), frozenset(), "block annotation")
+                self._check_block_annotations(data)
             if kind == "tirx.BufferType":
                 total += self._buffer_bytes(data)
         if total > max_bytes:
@@ -190,6 +192,15 @@ class _Graph:
                 self._check_positions(value, len(params))
             if key == COLD_CACHE and self._type(value) != "bool":
                 raise UserError(f"a program's {COLD_CACHE} must be true or false")
+
+    def _check_block_annotations(self, data: Any) -> None:
+        """A block may carry one annotation: ``schedule_rule`` "None", which keeps MetaSchedule's
+        rules off it. Any other rule name would have MetaSchedule call the function registered
+        under it."""
+        annotations = self._field(data, "annotations")
+        for _key, value in self._check_keys(annotations, _BLOCK_ANNOTATIONS, "block annotation"):
+            if self._type(value) != "ffi.String" or self._data(value, "ffi.String") != "None":
+                raise UserError(f'a program\'s block may carry {_SCHEDULE_RULE} "None" only')
 
     def _check_positions(self, index: Any, num_params: int) -> None:
         """``layout_free_buffers`` must list positions of the function's parameters."""

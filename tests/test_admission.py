@@ -104,12 +104,22 @@ def _cold_cache_flag_of_another_type(graph: Graph) -> None:
     graph["nodes"][attrs]["data"] += [key, _add(graph, {"type": "ffi.String", "data": "yes"})]
 
 
-def _block_annotation(graph: Graph) -> None:
+def _annotate_a_block(graph: Graph, key: str, value: str) -> None:
     block = _nodes_of(graph, "s_tir.SBlock")[0]
     annotations = _add(graph, {"type": "ffi.Map", "data": []})
-    key = _add(graph, {"type": "ffi.String", "data": "pragma_import_llvm"})
-    graph["nodes"][annotations]["data"] = [key, key]
+    graph["nodes"][annotations]["data"] = [
+        _add(graph, {"type": "ffi.String", "data": key}),
+        _add(graph, {"type": "ffi.String", "data": value}),
+    ]
     graph["nodes"][block]["data"]["annotations"] = annotations
+
+
+def _block_annotation(graph: Graph) -> None:
+    _annotate_a_block(graph, "pragma_import_llvm", "pragma_import_llvm")
+
+
+def _schedule_rule_that_names_a_function(graph: Graph) -> None:
+    _annotate_a_block(graph, "schedule_rule", "runtime.RPCServerLoop")
 
 
 def _huge_buffer(graph: Graph) -> None:
@@ -134,6 +144,7 @@ ATTACKS: list[tuple[Callable[[Graph], None], str]] = [
     (_weight_named_by_a_string, "positions of its 2 parameters, not None"),
     (_cold_cache_flag_of_another_type, "autosched.cold_cache must be true or false"),
     (_block_annotation, "block annotation 'pragma_import_llvm'"),
+    (_schedule_rule_that_names_a_function, 'block may carry schedule_rule "None" only'),
     (_huge_buffer, "over this service's limit"),
     (_dangling_reference, "does not hold"),
 ]

@@ -81,6 +81,7 @@ def test_the_winograd_kernels_presets_are_resnet50s_3x3_layers_of_stride_1() -> 
         assert winograd.args == get_workload("conv2d_nchw", {"preset": name}).args
 
 
+@pytest.mark.slow
 def test_the_winograd_kernel_tunes_into_programs_that_match_the_direct_convolution(
     cli: Cli, tmp_path: Path
 ) -> None:

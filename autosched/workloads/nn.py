@@ -78,6 +78,20 @@ def _output_size(name: str, H: int, W: int, KH: int, KW: int, stride: int, paddi
     return OH, OW
 
 
+def correlate_nchw(x: np.ndarray, w: np.ndarray, stride: int, padding: int) -> np.ndarray:
+    """What a convolution layer computes of NCHW data ``x`` and an OIHW kernel ``w`` (a
+    correlation), in numpy, in their dtype: the reference of the NCHW convolutions."""
+    x = np.pad(x, ((0, 0), (0, 0), (padding, padding), (padding, padding)))
+    KH, KW = w.shape[2:]
+    OH, OW = (x.shape[2] - KH) // stride + 1, (x.shape[3] - KW) // stride + 1
+    result = np.zeros((x.shape[0], w.shape[0], OH, OW), x.dtype)
+    for kh in range(KH):
+        for kw in range(KW):
+            window = x[:, :, kh : kh + stride * OH : stride, kw : kw + stride * OW : stride]
+            result += np.einsum("nchw,oc->nohw", window, w[:, :, kh, kw])
+    return result
+
+
 def _zero_pad(
     data: te.Tensor, padding: int, axes: Sequence[int], dtype: str, layout: str
 ) -> te.Tensor:
@@ -201,13 +215,7 @@ def conv2d_nchw(
 
     def reference(inputs: list[np.ndarray]) -> list[np.ndarray]:
         x, w = (to_accumulation(array) for array in inputs)
-        x = np.pad(x, ((0, 0), (0, 0), (padding, padding), (padding, padding)))
-        result = np.zeros((N, CO, OH, OW), acc)
-        for kh in range(KH):
-            for kw in range(KW):
-                window = x[:, :, kh : kh + stride * OH : stride, kw : kw + stride * OW : stride]
-                result += np.einsum("nchw,oc->nohw", window, w[:, :, kh, kw])
-        return [result.astype(dtype)]
+        return [correlate_nchw(x, w, stride, padding).astype(dtype)]
 
     params: dict[str, object] = {
         "N": N, "H": H, "W": W, "CI": CI, "CO": CO, "KH": KH, "KW": KW,

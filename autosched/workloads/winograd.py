@@ -29,9 +29,8 @@ from tvm import te, tirx
 
 from autosched.errors import UserError
 from autosched.workload import Workload, workload_from_te
-from autosched.workloads._common import to_accumulation
 from autosched.workloads._registry import Param, register_workload
-from autosched.workloads.nn import RESNET50_LAYERS
+from autosched.workloads.nn import RESNET50_LAYERS, correlate_nchw
 
 _UNSEARCHED = {"schedule_rule": "None"}
 """The annotation that keeps MetaSchedule's rules off a stage."""
@@ -197,13 +196,7 @@ def conv2d_nchw_winograd(N: int, H: int, W: int, CI: int, CO: int, padding: int)
     )
 
     def reference(inputs: list[np.ndarray]) -> list[np.ndarray]:
-        x, g = (to_accumulation(array) for array in inputs)
-        x = np.pad(x, ((0, 0), (0, 0), (padding, padding), (padding, padding)))
-        result = np.zeros((N, CO, OH, OW), dtype)
-        for i in range(3):
-            for j in range(3):
-                result += np.einsum("nchw,oc->nohw", x[:, :, i : i + OH, j : j + OW], g[:, :, i, j])
-        return [result]
+        return [correlate_nchw(*inputs, stride=1, padding=padding)]
 
     params: dict[str, object] = {"N": N, "H": H, "W": W, "CI": CI, "CO": CO, "padding": padding}
     flops = 2 * N * OH * OW * CO * 9 * CI  # the direct convolution's: rates compare with it

@@ -67,8 +67,6 @@ PURE_MATH_OPS = frozenset(
 # "s_tir" marks a function as schedulable TIR, as TE and TVMScript make them.
 _LAYOUT_FREE = "layout_free_buffers"
 COLD_CACHE = "autosched.cold_cache"
-_SCHEDULE_RULE = "schedule_rule"
-_BLOCK_ANNOTATIONS = frozenset({_SCHEDULE_RULE})
 """A function attribute: time the program's candidates with the CPU caches flushed before each
 call (inputs other than the first), as it runs between the other kernels of a model, its weights
 coming from memory; the flag is part of the program, so its key and records are its own."""
@@ -76,6 +74,9 @@ FUNCTION_ATTRS = frozenset(
     {"global_symbol", "tirx.noalias", "tir.noalias", "s_tir", _LAYOUT_FREE, COLD_CACHE}
 )
 """The function attributes a program may carry."""
+_SCHEDULE_RULE = "schedule_rule"
+_BLOCK_ANNOTATIONS = frozenset({_SCHEDULE_RULE})
+"""The block annotations a program may carry (``schedule_rule`` with the value "None" only)."""
 
 
 def max_program_bytes() -> int:

@@ -139,11 +139,8 @@ def _ours(model_name: str, db: str, target: dict) -> tuple[Build, list]:
         torch.export.save(torch.export.export(module, example), str(path))
         model = load_model(path)
     tasks = extract_tasks(model, target)
-    log = TuningLog(db)
-    try:
+    with TuningLog(db) as log:
         schedules = best_schedules(log, tasks, target)
-    finally:
-        log.close()
     tuned = {
         schedule.task.name: schedule.record.median_secs
         for schedule in schedules

@@ -202,6 +202,7 @@ def test_defaults_fill_unspecified_params() -> None:
         ("matmul", {"dtype": 32}, r"dtype of matmul must be a string"),
         ("conv2d_nhwc", {"padding": "-1"}, r"padding of conv2d_nhwc must be at least 0"),
         ("conv2d_nhwc", {"H": 2, "KH": 5, "padding": 1}, r"5x3 kernel does not fit the 2x56 input"),
+        ("conv2d_nchw_winograd", {"H": 1, "padding": 0}, r"winograd: a 3x3 kernel does not fit"),
         ("matmul", {"M": 65536, "K": 65536}, r"buffer of shape \(65536, 65536\), over 2147483647"),
         ("matmul", {"weights": "C"}, r"weights of matmul names inputs among A, B; got 'C'"),
         ("matmul", {"weights": " , "}, r"weights of matmul names inputs among A, B"),

@@ -68,7 +68,12 @@ def _conv_params(layers: str) -> tuple[Param, ...]:
     )
 
 
-def _output_size(name: str, H: int, W: int, KH: int, KW: int, stride: int, padding: int):
+def output_size(name: str, H: int, W: int, KH: int, KW: int, stride: int, padding: int):
+    """The output height and width of workload ``name``'s convolution.
+
+    Raises:
+        UserError: the kernel does not fit the padded input.
+    """
     OH = (H + 2 * padding - KH) // stride + 1
     OW = (W + 2 * padding - KW) // stride + 1
     if OH < 1 or OW < 1:
@@ -137,7 +142,7 @@ def conv2d_nhwc(
     padding: int,
     dtype: str,
 ) -> Workload:
-    OH, OW = _output_size("conv2d_nhwc", H, W, KH, KW, stride, padding)
+    OH, OW = output_size("conv2d_nhwc", H, W, KH, KW, stride, padding)
     acc = accumulation_dtype(dtype)
     data = te.placeholder((N, H, W, CI), dtype, name="data")
     weight = te.placeholder((KH, KW, CI, CO), dtype, name="weight")
@@ -194,7 +199,7 @@ def conv2d_nchw(
     padding: int,
     dtype: str,
 ) -> Workload:
-    OH, OW = _output_size("conv2d_nchw", H, W, KH, KW, stride, padding)
+    OH, OW = output_size("conv2d_nchw", H, W, KH, KW, stride, padding)
     acc = accumulation_dtype(dtype)
     data = te.placeholder((N, CI, H, W), dtype, name="data")
     weight = te.placeholder((CO, CI, KH, KW), dtype, name="weight")
@@ -244,7 +249,7 @@ def conv2d_nchw(
 def depthwise_conv2d(
     N: int, H: int, W: int, C: int, KH: int, KW: int, stride: int, padding: int, dtype: str
 ) -> Workload:
-    OH, OW = _output_size("depthwise_conv2d", H, W, KH, KW, stride, padding)
+    OH, OW = output_size("depthwise_conv2d", H, W, KH, KW, stride, padding)
     acc = accumulation_dtype(dtype)
     data = te.placeholder((N, C, H, W), dtype, name="data")
     weight = te.placeholder((C, KH, KW), dtype, name="weight")

@@ -27,10 +27,9 @@ from collections.abc import Callable
 import numpy as np
 from tvm import te, tirx
 
-from autosched.errors import UserError
 from autosched.workload import Workload, workload_from_te
 from autosched.workloads._registry import Param, register_workload
-from autosched.workloads.nn import RESNET50_LAYERS, correlate_nchw
+from autosched.workloads.nn import RESNET50_LAYERS, correlate_nchw, output_size
 
 _UNSEARCHED = {"schedule_rule": "None"}
 """The annotation that keeps MetaSchedule's rules off a stage."""
@@ -121,11 +120,7 @@ def transform_stage(
     },
 )
 def conv2d_nchw_winograd(N: int, H: int, W: int, CI: int, CO: int, padding: int) -> Workload:
-    OH, OW = H + 2 * padding - 2, W + 2 * padding - 2
-    if OH < 1 or OW < 1:
-        raise UserError(
-            f"conv2d_nchw_winograd: a 3x3 kernel does not fit the {H}x{W} input padded by {padding}"
-        )
+    OH, OW = output_size("conv2d_nchw_winograd", H, W, 3, 3, 1, padding)
     dtype = "float32"
     rows, cols = -(-OH // TILE), -(-OW // TILE)
     tiles = N * rows * cols

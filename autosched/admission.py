@@ -5,8 +5,9 @@ evaluates its expressions as Python.
 A program is admitted when its JSON graph holds only the node types of a TIR function, calls only
 pure math intrinsics (nothing that leaves the kernel: no ``call_extern``, ``call_packed``, LLVM
 intrinsics or calls of other functions), has no attribute statements, no block annotations but
-``schedule_rule`` "None" (MetaSchedule's rules keep off such a block), declares its buffers with
-static shapes, and its buffers hold at most ``max_bytes`` in all. Of function attributes it may
+``schedule_rule`` "None" (MetaSchedule's rules keep off such a block) and the mark of a weight
+transform (`autosched.weights`), declares its buffers with static shapes, and its buffers hold at
+most ``max_bytes`` in all. Of function attributes it may
 carry only its name, the no-alias and schedulable-TIR marks, ``layout_free_buffers`` (the
 positions of parameters that are constant weights, which a schedule may store in a layout of its
 own), each position one of its parameters, and the flag ``autosched.cold_cache`` (its candidates
@@ -23,6 +24,7 @@ from typing import Any
 import tvm
 
 from autosched.errors import UserError
+from autosched.weights import WEIGHT_TRANSFORM
 
 MAX_PROGRAM_BYTES_VARIABLE = "AUTOSCHED_MAX_PROGRAM_BYTES"
 DEFAULT_MAX_PROGRAM_BYTES = 4 << 30
@@ -75,8 +77,9 @@ FUNCTION_ATTRS = frozenset(
 )
 """The function attributes a program may carry."""
 _SCHEDULE_RULE = "schedule_rule"
-_BLOCK_ANNOTATIONS = frozenset({_SCHEDULE_RULE})
-"""The block annotations a program may carry (``schedule_rule`` with the value "None" only)."""
+_BLOCK_ANNOTATIONS = frozenset({_SCHEDULE_RULE, WEIGHT_TRANSFORM})
+"""The block annotations a program may carry (``schedule_rule`` with the value "None" only, the
+mark of a weight transform with the value 1 only)."""
 
 
 def max_program_bytes() -> int:
@@ -195,13 +198,19 @@ class _Graph:
                 raise UserError(f"a program's {COLD_CACHE} must be true or false")
 
     def _check_block_annotations(self, data: Any) -> None:
-        """A block may carry one annotation: ``schedule_rule`` "None", which keeps MetaSchedule's
-        rules off it. Any other rule name would have MetaSchedule call the function registered
-        under it."""
+        """A block may carry ``schedule_rule`` "None", which keeps MetaSchedule's rules off it
+        (any other rule name would have MetaSchedule call the function registered under it), and
+        the mark of a weight transform, 1."""
         annotations = self._field(data, "annotations")
-        for _key, value in self._check_keys(annotations, _BLOCK_ANNOTATIONS, "block annotation"):
-            if self._type(value) != "ffi.String" or self._data(value, "ffi.String") != "None":
+        for key, value in self._check_keys(annotations, _BLOCK_ANNOTATIONS, "block annotation"):
+            if key == _SCHEDULE_RULE and (
+                self._type(value) != "ffi.String" or self._data(value, "ffi.String") != "None"
+            ):
                 raise UserError(f'a program\'s block may carry {_SCHEDULE_RULE} "None" only')
+            if key == WEIGHT_TRANSFORM and (
+                self._type(value) != "int" or self._nodes[value].get("data") != 1
+            ):
+                raise UserError(f"a program's block may carry {WEIGHT_TRANSFORM} 1 only")
 
     def _check_positions(self, index: Any, num_params: int) -> None:
         """``layout_free_buffers`` must list positions of the function's parameters."""

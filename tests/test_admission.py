@@ -122,6 +122,10 @@ def _schedule_rule_that_names_a_function(graph: Graph) -> None:
     _annotate_a_block(graph, "schedule_rule", "runtime.RPCServerLoop")
 
 
+def _weight_transform_marked_otherwise(graph: Graph) -> None:
+    _annotate_a_block(graph, "autosched.weight_transform", "runtime.RPCServerLoop")
+
+
 def _huge_buffer(graph: Graph) -> None:
     buffer = _nodes_of(graph, "tirx.BufferType")[0]
     shape = graph["nodes"][graph["nodes"][buffer]["data"]["shape"]]["data"]
@@ -145,6 +149,7 @@ ATTACKS: list[tuple[Callable[[Graph], None], str]] = [
     (_cold_cache_flag_of_another_type, "autosched.cold_cache must be true or false"),
     (_block_annotation, "block annotation 'pragma_import_llvm'"),
     (_schedule_rule_that_names_a_function, 'block may carry schedule_rule "None" only'),
+    (_weight_transform_marked_otherwise, "block may carry autosched.weight_transform 1 only"),
     (_huge_buffer, "over this service's limit"),
     (_dangling_reference, "does not hold"),
 ]
@@ -167,6 +172,7 @@ def test_every_built_in_workload_is_admitted_and_rebuilds_to_its_key() -> None:
         ("softmax", {}),
         ("conv2d_nchw", {}),
         ("conv2d_nchw_winograd", {"preset": "resnet50_res3_3x3"}),
+        ("conv2d_nchw_winograd", {"preset": "resnet50_res3_3x3", "weights": "weight"}),
         ("layernorm", {}),
         ("dropout_philox", {}),
     ]:

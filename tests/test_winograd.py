@@ -1,12 +1,14 @@
 """Winograd's F(4x4, 3x3): the matrices compute the convolution; the kernel workload takes and
-gives what the direct convolution does, and tunes into programs that still do; a model's rewrite
-gives the direct convolution's outputs (odd sizes and asymmetric padding too) as three kernels
-whose last takes the epilogue, leaves alone the convolutions it does not apply to, and a model's
+gives what the direct convolution does, tunes into programs that still do, and with its kernel
+constant is timed with the kernel transformed ahead; a model's rewrite gives the direct
+convolution's outputs (odd sizes and asymmetric padding too) as three kernels whose last takes
+the epilogue, leaves alone the convolutions it does not apply to, and a model's
 Winograd tasks tune and build into a model that matches PyTorch."""
 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -17,11 +19,15 @@ from model_files import write_residual_block_pt2
 from test_workloads import run_unscheduled
 from tvm import relax
 
+from autosched.measure import LocalMeasurer, MeasureConfig
+from autosched.measure.program import BuildRequest
 from autosched.model.load import load_model
 from autosched.model.tasks import extract_tasks, fuse
 from autosched.model.winograd import transformed_kernel, winograd_convolutions
-from autosched.target import parse_target
-from autosched.workload import mismatch, random_inputs
+from autosched.records import BASELINE_TRACE
+from autosched.target import host_target, parse_target
+from autosched.weights import transform_weights_ahead
+from autosched.workload import buffer_args, mismatch, random_inputs
 from autosched.workloads import get_workload
 from autosched.workloads.nn import RESNET50_LAYERS
 from autosched.workloads.winograd import ALPHA, INPUT_TRANSFORM, OUTPUT_TRANSFORM, TILE
@@ -94,6 +100,45 @@ def test_the_winograd_kernel_tunes_into_programs_that_match_the_direct_convoluti
     # every candidate's result is checked against the direct convolution's reference
     assert report["trials"] == 4 and report["failed"] == 0
     assert report["best_latency_us"] > 0
+
+
+def _kernel_ahead(weight: np.ndarray) -> np.ndarray:
+    """``U[a, b, ci, co]`` of a (CO, CI, 3, 3) kernel, transformed as a model transforms it once."""
+    transformed = transformed_kernel(weight.transpose(2, 3, 1, 0))
+    return transformed.reshape(ALPHA, ALPHA, *transformed.shape[1:])
+
+
+def test_a_constant_kernel_is_transformed_ahead_of_the_program_that_is_timed(
+    tmp_path: Path,
+) -> None:
+    params = {"H": 9, "W": 7, "CI": 5, "CO": 6}
+    plain = get_workload("conv2d_nchw_winograd", params)
+    mod = plain.mod
+    assert transform_weights_ahead(mod) is mod  # the kernel as given: transformed in the call
+    constant = get_workload("conv2d_nchw_winograd", {**params, "weights": "weight"})
+    ahead = transform_weights_ahead(constant.mod)
+    assert buffer_args(ahead["main"], "ahead")[1] == ((ALPHA, ALPHA, 5, 6), "float32")
+    assert "kernel_cols" not in ahead.script() and "kernel_transform[" in ahead.script()
+    data, weight = random_inputs(constant, seed=3)[:2]
+    (expected,) = constant.reference([data, weight])
+    program = tvm.compile(ahead, target={"kind": "llvm"}).jit()
+    arrays = [data, _kernel_ahead(weight), np.zeros_like(expected)]
+    tensors = [tvm.runtime.tensor(array) for array in arrays]
+    program["main"](*tensors)
+    assert mismatch(tensors[2].numpy(), expected) is None
+    # the tuning path: timed with the kernel transformed, checked with the kernel as given
+    target = host_target()
+    request = BuildRequest(constant.ref, BASELINE_TRACE, target, str(tmp_path / "ahead.so"))
+    timed, checked = request.execute(), replace(request, prepacked=False).execute()
+    assert timed.prepacked and timed.args[1] == ((ALPHA, ALPHA, 5, 6), "float32")
+    assert not checked.prepacked and checked.args == tuple(constant.args)
+    measurer = LocalMeasurer(target, MeasureConfig(repeat=2, min_repeat_ms=1))
+    try:
+        (result,) = measurer.measure(constant.ref, [BASELINE_TRACE])
+        assert result.ok, result
+        assert measurer.verify(constant.ref, BASELINE_TRACE, seed=4) is None
+    finally:
+        measurer.close()
 
 
 def _conv_module(

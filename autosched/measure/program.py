@@ -19,6 +19,7 @@ from autosched.measure.config import MeasureConfig
 from autosched.records import WorkloadRef
 from autosched.schedule import apply_trace
 from autosched.target import to_tvm_target
+from autosched.weights import transform_weights_ahead
 from autosched.workload import (
     Workload,
     buffer_args,
@@ -84,9 +85,11 @@ class BuildRequest:
     """Replay a trace onto the workload, compile it for the target, export a shared library.
 
     A schedule that stores a layout-free weight in a layout of its own starts with a block that
-    packs it. With ``prepacked`` (for timing) that block is left out and the program takes the
-    weight packed, as a deployed model packs its weights once, outside the calls; without it (to
-    check the result) the program takes the weight as the workload does and packs it itself.
+    packs it, and a workload may transform such a weight in stages of its own
+    (`autosched.weights`). With ``prepacked`` (for timing) those blocks are left out and the
+    program takes the weight packed or transformed, as a deployed model prepares its weights once,
+    outside the calls; without it (to check the result) the program takes the weight as the
+    workload does and prepares it itself.
     """
 
     workload: WorkloadRef
@@ -103,6 +106,7 @@ class BuildRequest:
         prepacked = False
         if self.prepacked:
             packed = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)
+            packed = transform_weights_ahead(packed)
             # a packed layout can keep the shape (a transpose): the packing block tells
             prepacked = not tvm_ffi.structural_equal(packed, mod)
             mod = packed

@@ -27,6 +27,7 @@ from collections.abc import Callable
 import numpy as np
 from tvm import te, tirx
 
+from autosched.weights import WEIGHT_TRANSFORM
 from autosched.workload import Workload, workload_from_te
 from autosched.workloads._registry import Param, register_workload
 from autosched.workloads.nn import RESNET50_LAYERS, correlate_nchw, output_size
@@ -87,12 +88,18 @@ def coefficient(matrix: np.ndarray, row: tirx.PrimExpr, col: int) -> tirx.PrimEx
 
 
 def transform_stage(
-    shape: tuple[int, ...], term: Callable[..., tirx.PrimExpr], length: int, name: str
+    shape: tuple[int, ...],
+    term: Callable[..., tirx.PrimExpr],
+    length: int,
+    name: str,
+    *,
+    of_weight: bool = False,
 ) -> te.Tensor:
     """A pass of 1-d transforms: each element the sum of ``term(*index, j)`` over ``j`` below
     ``length``, written out (no reduction loop), so that the stage is spatial and its innermost
     axis vectorizes. Kept out of the search's rules, which would inline it into its consumer (and
-    so recompute it there) or tile it."""
+    so recompute it there) or tile it. A transform ``of_weight`` runs ahead of the timed program
+    where the weight is declared constant (`autosched.weights`)."""
 
     def element(*index: tirx.PrimExpr) -> tirx.PrimExpr:
         total = term(*index, 0)
@@ -100,7 +107,8 @@ def transform_stage(
             total = total + term(*index, j)
         return total
 
-    return te.compute(shape, element, name=name, attrs=_UNSEARCHED)
+    attrs = {**_UNSEARCHED, WEIGHT_TRANSFORM: 1} if of_weight else _UNSEARCHED
+    return te.compute(shape, element, name=name, attrs=attrs)
 
 
 @register_workload(
@@ -132,12 +140,14 @@ def conv2d_nchw_winograd(N: int, H: int, W: int, CI: int, CO: int, padding: int)
         lambda kh, b, ci, co, j: coefficient(KERNEL_TRANSFORM, b, j) * weight[co, ci, kh, j],
         3,
         "kernel_cols",
+        of_weight=True,
     )
     kernel = transform_stage(
         (ALPHA, ALPHA, CI, CO),
         lambda a, b, ci, co, j: coefficient(KERNEL_TRANSFORM, a, j) * kernel_cols[j, b, ci, co],
         3,
         "kernel_transform",
+        of_weight=True,
     )
 
     # V[a, b, ci, p] = (B^T d B)[a, b] of tile p: rows first, then columns

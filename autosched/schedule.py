@@ -1,4 +1,5 @@
-"""Schedules as portable text: trace JSON in and out, replay onto a workload, program hashes.
+"""Schedules as portable text: trace JSON in and out, replay onto a workload, program hashes; and
+the loop nests of a scheduled program, taken apart and put back together.
 
 A candidate travels between the search, the measuring processes and the tuning log as the JSON text
 of its MetaSchedule trace; replaying that text onto the workload's module gives back the program.
@@ -11,9 +12,9 @@ import json
 from typing import Any
 
 from tvm.ir import IRModule
-from tvm.s_tir import Schedule
+from tvm.s_tir import SBlock, SBlockRealize, Schedule
 from tvm.s_tir.schedule import Trace
-from tvm.tirx import FloatImm, IntImm
+from tvm.tirx import FloatImm, IntImm, PrimFunc, SeqStmt, Stmt, Var
 
 
 def _plain(value: Any) -> Any:
@@ -45,3 +46,41 @@ def program_hash(mod: IRModule) -> str:
     TVM's structural hash is not the same on every platform, so the text is hashed instead.
     """
     return hashlib.sha256(mod.script().encode()).hexdigest()[:32]
+
+
+def loop_nests(mod: IRModule) -> list[tuple[Stmt, list[SBlock]]]:
+    """The loop nests at the top of ``main`` (its stages, each with what a schedule fused into
+    it), in program order, each with the blocks it holds."""
+    root = mod["main"].body.block
+    nests = list(root.body.seq) if isinstance(root.body, SeqStmt) else [root.body]
+    sch = Schedule(mod)
+    blocks: list[list[SBlock]] = [[] for _ in nests]
+    for rv in sch.get_child_blocks(sch.get_sblock("root")):
+        loops = sch.get_loops(rv)
+        top = sch.get(loops[0]) if loops else sch.get(rv)
+        for nest, held in zip(nests, blocks, strict=True):
+            if nest.same_as(top) or (isinstance(nest, SBlockRealize) and nest.block.same_as(top)):
+                held.append(sch.get(rv))
+    return list(zip(nests, blocks, strict=True))
+
+
+def with_nests(
+    mod: IRModule, nests: list[Stmt], alloc_buffers: list[Var], params: list[Var]
+) -> IRModule:
+    """``mod`` whose ``main`` takes ``params`` and runs ``nests`` under its root block, which
+    allocates ``alloc_buffers``; its attributes stay."""
+    func = mod["main"]
+    root = func.body.block
+    block = SBlock(
+        root.iter_vars,
+        root.reads,
+        root.writes,
+        root.name_hint,
+        nests[0] if len(nests) == 1 else SeqStmt(nests),
+        root.init,
+        alloc_buffers,
+        root.match_buffers,
+        root.annotations,
+    )
+    main = PrimFunc(params, SBlockRealize([], True, block), func.ret_type, func.attrs)
+    return IRModule({"main": main})

@@ -11,8 +11,10 @@ The program that is checked and exported still takes the weight as the workload 
 from __future__ import annotations
 
 from tvm.ir import IRModule
-from tvm.s_tir import SBlock, SBlockRealize, Schedule
-from tvm.tirx import PrimFunc, SeqStmt, Stmt, Var
+from tvm.s_tir import SBlock
+from tvm.tirx import Stmt, Var
+
+from autosched.schedule import loop_nests, with_nests
 
 WEIGHT_TRANSFORM = "autosched.weight_transform"
 """The block annotation (value 1) of a stage that reads only constant weights or other such
@@ -30,13 +32,11 @@ def transform_weights_ahead(mod: IRModule) -> IRModule:
             rest of the program reads (and it reads no weight they read).
     """
     func = mod["main"]
-    root = func.body.block
-    statements = list(root.body.seq) if isinstance(root.body, SeqStmt) else [root.body]
-    stages = _stages(mod, statements)
-    ahead = {i for i, blocks in enumerate(stages) if any(map(_marked, blocks))}
+    stages = loop_nests(mod)
+    ahead = {i for i, (_, blocks) in enumerate(stages) if any(map(_marked, blocks))}
     if not ahead:
         return mod
-    if not all(_marked(block) for i in ahead for block in stages[i]):
+    if not all(_marked(block) for i in ahead for block in stages[i][1]):
         raise ValueError("a weight transform shares its loops with other stages")
     written = _buffers(stages, ahead, "writes")
     read = _buffers(stages, ahead, "reads")
@@ -46,7 +46,7 @@ def transform_weights_ahead(mod: IRModule) -> IRModule:
         return mod
     if not read <= written | weights:
         raise ValueError("a weight transform reads more than weights and other weight transforms")
-    rest = set(range(len(statements))) - ahead
+    rest = set(range(len(stages))) - ahead
     read_after = _buffers(stages, rest, "reads")
     consumed = written & read_after
     if len(weights) != 1 or len(consumed) != 1 or weights & read_after:
@@ -54,46 +54,20 @@ def transform_weights_ahead(mod: IRModule) -> IRModule:
             "the weight transforms must turn one weight into one buffer the program reads"
         )
     (weight,), (result,) = weights, consumed
-    kept = [statement for i, statement in enumerate(statements) if i in rest]
-    body = SBlock(
-        root.iter_vars,
-        root.reads,
-        root.writes,
-        root.name_hint,
-        kept[0] if len(kept) == 1 else SeqStmt(kept),
-        root.init,
-        [buffer for buffer in root.alloc_buffers if buffer not in written],
-        root.match_buffers,
-        root.annotations,
+    return with_nests(
+        mod,
+        [nest for i, (nest, _) in enumerate(stages) if i in rest],
+        [buffer for buffer in func.body.block.alloc_buffers if buffer not in written],
+        [result if param.same_as(weight) else param for param in func.params],
     )
-    params = [result if param.same_as(weight) else param for param in func.params]
-    main = PrimFunc(params, SBlockRealize([], True, body), func.ret_type, func.attrs)
-    return IRModule({"main": main})
 
 
 def _marked(block: SBlock) -> bool:
     return int(block.annotations.get(WEIGHT_TRANSFORM, 0)) == 1
 
 
-def _stages(mod: IRModule, statements: list[Stmt]) -> list[list[SBlock]]:
-    """The blocks of each statement of ``main``'s root block (a stage's loop nest)."""
-    sch = Schedule(mod)
-    stages: list[list[SBlock]] = [[] for _ in statements]
-    for rv in sch.get_child_blocks(sch.get_sblock("root")):
-        loops = sch.get_loops(rv)
-        outer = sch.get(loops[0]) if loops else None
-        for i, statement in enumerate(statements):
-            if outer is None and isinstance(statement, SBlockRealize):
-                found = statement.block.same_as(sch.get(rv))
-            else:
-                found = outer is not None and statement.same_as(outer)
-            if found:
-                stages[i].append(sch.get(rv))
-    return stages
-
-
-def _buffers(stages: list[list[SBlock]], chosen: set[int], access: str) -> set[Var]:
+def _buffers(stages: list[tuple[Stmt, list[SBlock]]], chosen: set[int], access: str) -> set[Var]:
     """The buffers the blocks of the ``chosen`` stages read or write (``access``)."""
     return {
-        region.source for i in chosen for block in stages[i] for region in getattr(block, access)
+        region.source for i in chosen for block in stages[i][1] for region in getattr(block, access)
     }

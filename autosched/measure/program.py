@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 import tvm
 import tvm_ffi
+from tvm.ir import IRModule
 from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
 
 from autosched.intrinsics import use_tensor_intrinsics
@@ -105,14 +106,19 @@ class BuildRequest:
         mod = apply_trace(workload.mod, self.trace_json).mod
         prepacked = False
         if self.prepacked:
-            packed = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)
-            packed = transform_weights_ahead(packed)
+            packed = timed_program(mod)
             # a packed layout can keep the shape (a transpose): the packing block tells
             prepacked = not tvm_ffi.structural_equal(packed, mod)
             mod = packed
         tvm.compile(mod, target=to_tvm_target(self.target)).export_library(self.artifact_path)
         args = tuple(buffer_args(mod["main"], workload.name))
         return Built(time.perf_counter() - start, args, prepacked)
+
+
+def timed_program(mod: IRModule) -> IRModule:
+    """A scheduled program as it is timed: its constant weights packed and transformed ahead, so
+    that ``main`` takes them prepared (see `BuildRequest`)."""
+    return transform_weights_ahead(RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod))
 
 
 def _timing_args(ref: WorkloadRef, args: ArgSpecs, dev: tvm.runtime.Device) -> list:

@@ -2,7 +2,8 @@
 log is built as its candidates are timed (weights packed or transformed ahead where the workload
 declares them constant); then each loop nest at the top of the program (a stage, with whatever
 the schedule fused into it) is built alone, with the buffers it reads and writes as arguments, and
-timed beside the whole program, round after round.
+timed beside the whole program and the workload's peer (each way it runs: PyTorch's convolutions
+in both memory layouts), round after round.
 
     python benchmarks/kernel_stages.py conv2d_nchw_winograd -p preset=resnet50_res3_3x3 \\
         -p weights=weight --db sqlite:///log.db [--rounds 3] [--json]
@@ -16,17 +17,20 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+from collections.abc import Callable
 
 import tvm
 from tvm.ir import IRModule
 
 from autosched.bench.models import cpu_name, use_threads
+from autosched.bench.timing import time_repeats
 from autosched.log import TuningLog
 from autosched.measure.program import timed_program
 from autosched.schedule import apply_trace, loop_nests, with_nests
 from autosched.target import canonical_target, host_target, target_key, to_tvm_target
-from autosched.workload import buffer_args, random_arrays
+from autosched.workload import Workload, buffer_args, random_arrays, random_inputs
 from autosched.workloads import get_workload, parse_param_overrides
+from autosched.workloads.peers import has_peer, peer_for
 
 
 def stage_programs(mod: IRModule) -> list[tuple[str, IRModule]]:
@@ -43,6 +47,13 @@ def stage_programs(mod: IRModule) -> list[tuple[str, IRModule]]:
         program = with_nests(mod, [nest], kept, [*func.params, *arguments])
         programs.append(("+".join(b.name_hint for b in blocks), program))
     return programs
+
+
+def peer_calls(workload: Workload) -> dict[str, Callable[[], object]]:
+    """Each way the workload's peer runs it (PyTorch's convolution in both memory layouts), bound
+    to random inputs, by its name."""
+    inputs = random_inputs(workload, seed=0)[: len(workload.args) - (workload.num_outputs or 0)]
+    return {f"peer: {way.name}": way.bind(inputs) for way in peer_for(workload).ways if way.bind}
 
 
 def time_program(mod: IRModule, target: dict) -> float:
@@ -79,21 +90,29 @@ def main() -> None:
         parser.exit(2, f"{args.db} holds no verified schedule of {workload.name} on this CPU\n")
     mod = timed_program(apply_trace(workload.mod, best.trace_json).mod)
     parts = stage_programs(mod)
-    rounds: dict[str, list[float]] = {"whole program": [], **{name: [] for name, _ in parts}}
+    peers = peer_calls(workload) if has_peer(workload.name) else {}
+    rounds: dict[str, list[float]] = {
+        "whole program": [],
+        **{name: [] for name in peers},
+        **{name: [] for name, _ in parts},
+    }
     for _ in range(args.rounds):
         rounds["whole program"].append(time_program(mod, target))
+        for name, call in peers.items():
+            rounds[name].append(time_repeats(call).median_secs * 1e6)
         for name, program in parts:
             rounds[name].append(time_program(program, target))
     rows = [
         {"stage": name, "median_us": statistics.median(times), "rounds_us": times}
         for name, times in rounds.items()
     ]
+    stage_rows = rows[1 + len(peers) :]
     report = {
         "cpu": cpu_name(target),
         "workload": workload.name,
         "params": workload.params,
         "recorded_us": best.median_secs * 1e6,
-        "stages_summed_us": sum(row["median_us"] for row in rows[1:]),
+        "stages_summed_us": sum(row["median_us"] for row in stage_rows),
         "rows": rows,
     }
     if args.json:

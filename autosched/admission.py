@@ -7,11 +7,11 @@ pure math intrinsics (nothing that leaves the kernel: no ``call_extern``, ``call
 intrinsics or calls of other functions), has no attribute statements, no block annotations but
 ``schedule_rule`` "None" (MetaSchedule's rules keep off such a block) and the mark of a weight
 transform (`autosched.weights`), declares its buffers with static shapes, and its buffers hold at
-most ``max_bytes`` in all. Of function attributes it may
-carry only its name, the no-alias and schedulable-TIR marks, ``layout_free_buffers`` (the
-positions of parameters that are constant weights, which a schedule may store in a layout of its
-own), each position one of its parameters, and the flag ``autosched.cold_cache`` (its candidates
-are timed with the CPU caches flushed, as a model's kernel runs).
+most ``max_bytes`` in all. Of function attributes it may carry only its name, the no-alias and
+schedulable-TIR marks, ``layout_free_buffers`` (the positions of parameters that are constant
+weights, which a schedule may store in a layout of its own), each position one of its parameters,
+and the flag ``autosched.cold_cache`` (its candidates are timed with the CPU caches flushed, as a
+model's kernel runs).
 """
 
 from __future__ import annotations

@@ -32,6 +32,8 @@ def transform_weights_ahead(mod: IRModule) -> IRModule:
             rest of the program reads (and it reads no weight they read).
     """
     func = mod["main"]
+    if "layout_free_buffers" not in (func.attrs or {}):
+        return mod  # no constant weight: nothing runs ahead (and no schedule is made to find out)
     stages = loop_nests(mod)
     ahead = {i for i, (_, blocks) in enumerate(stages) if any(map(_marked, blocks))}
     if not ahead:

@@ -97,17 +97,27 @@ def correlate_nchw(x: np.ndarray, w: np.ndarray, stride: int, padding: int) -> n
     return result
 
 
-def _zero_pad(
-    data: te.Tensor, padding: int, axes: Sequence[int], dtype: str, layout: str
+def zero_pad(
+    data: te.Tensor,
+    padding: int,
+    axes: Sequence[int],
+    dtype: str,
+    layout: str,
+    *,
+    sizes: Sequence[int] | None = None,
+    attrs: dict[str, object] | None = None,
 ) -> te.Tensor:
-    """``data`` with ``padding`` zeros on each side of ``axes``; ``data`` itself when 0.
+    """``data`` with ``padding`` zeros on each side of ``axes``; ``data`` itself when that adds
+    nothing. ``sizes`` (one per axis of ``axes``) extend the padded axes with zeros after the
+    data, to at least its size plus twice ``padding``; ``attrs`` annotate the stage.
 
     ``layout`` names the axes, one letter each (``"nhwc"``): the names of the loop variables.
     """
-    if not padding:
-        return data
     shape = [int(d) for d in data.shape]
-    padded_shape = [d + 2 * padding if a in axes else d for a, d in enumerate(shape)]
+    padded = dict(zip(axes, sizes, strict=True)) if sizes else {}
+    padded_shape = [padded.get(a, d + 2 * padding) if a in axes else d for a, d in enumerate(shape)]
+    if padded_shape == shape:
+        return data
 
     def fcompute(*index: tirx.Var) -> tirx.PrimExpr:
         inside = []
@@ -116,7 +126,7 @@ def _zero_pad(
         source = [i - padding if a in axes else i for a, i in enumerate(index)]
         return tirx.if_then_else(tirx.all(*inside), data[tuple(source)], tirx.const(0, dtype))
 
-    return te.compute(padded_shape, fcompute, name="pad", varargs_names=list(layout))
+    return te.compute(padded_shape, fcompute, name="pad", varargs_names=list(layout), attrs=attrs)
 
 
 def _conv_flops(N: int, OH: int, OW: int, CO: int, KH: int, KW: int, CI: int) -> int:
@@ -146,7 +156,7 @@ def conv2d_nhwc(
     acc = accumulation_dtype(dtype)
     data = te.placeholder((N, H, W, CI), dtype, name="data")
     weight = te.placeholder((KH, KW, CI, CO), dtype, name="weight")
-    padded = _zero_pad(data, padding, (1, 2), dtype, "nhwc")
+    padded = zero_pad(data, padding, (1, 2), dtype, "nhwc")
     rh = te.reduce_axis((0, KH), name="rh")
     rw = te.reduce_axis((0, KW), name="rw")
     rc = te.reduce_axis((0, CI), name="rc")
@@ -203,7 +213,7 @@ def conv2d_nchw(
     acc = accumulation_dtype(dtype)
     data = te.placeholder((N, CI, H, W), dtype, name="data")
     weight = te.placeholder((CO, CI, KH, KW), dtype, name="weight")
-    padded = _zero_pad(data, padding, (2, 3), dtype, "nchw")
+    padded = zero_pad(data, padding, (2, 3), dtype, "nchw")
     rc = te.reduce_axis((0, CI), name="rc")
     rh = te.reduce_axis((0, KH), name="rh")
     rw = te.reduce_axis((0, KW), name="rw")
@@ -253,7 +263,7 @@ def depthwise_conv2d(
     acc = accumulation_dtype(dtype)
     data = te.placeholder((N, C, H, W), dtype, name="data")
     weight = te.placeholder((C, KH, KW), dtype, name="weight")
-    padded = _zero_pad(data, padding, (2, 3), dtype, "nchw")
+    padded = zero_pad(data, padding, (2, 3), dtype, "nchw")
     rh = te.reduce_axis((0, KH), name="rh")
     rw = te.reduce_axis((0, KW), name="rw")
     out = compute_accumulated(
@@ -304,7 +314,7 @@ def conv1d_glu(N: int, L: int, C: int, KW: int, dtype: str) -> Workload:
     x = te.placeholder((N, L, C), dtype, name="x")
     weight = te.placeholder((KW, C, 2 * C), dtype, name="weight")
     bias = te.placeholder((2 * C,), dtype, name="bias")
-    padded = _zero_pad(x, pad, (1,), dtype, "ntc")
+    padded = zero_pad(x, pad, (1,), dtype, "ntc")
     rk = te.reduce_axis((0, KW), name="rk")
     rc = te.reduce_axis((0, C), name="rc")
     conv = te.compute(

@@ -37,7 +37,7 @@ from tvm import te, tirx
 from autosched.weights import WEIGHT_TRANSFORM
 from autosched.workload import Workload, workload_from_te
 from autosched.workloads._registry import Param, register_workload
-from autosched.workloads.nn import RESNET50_LAYERS, correlate_nchw, output_size
+from autosched.workloads.nn import RESNET50_LAYERS, correlate_nchw, output_size, zero_pad
 
 _UNSEARCHED = {"schedule_rule": "None"}
 """The annotation that keeps MetaSchedule's rules off a stage."""
@@ -158,16 +158,8 @@ def conv2d_nchw_winograd(N: int, H: int, W: int, CI: int, CO: int, padding: int)
     )
 
     # V[a, b, ci, p] = (B^T d B)[a, b] of tile p: the data padded, then rows, then columns
-    padded = te.compute(
-        (N, CI, rows * TILE + 2, cols * TILE + 2),
-        lambda n, channel, y, x: tirx.if_then_else(
-            tirx.all(y >= padding, y < H + padding, x >= padding, x < W + padding),
-            data[n, channel, y - padding, x - padding],
-            tirx.const(0, dtype),
-        ),
-        name="data_padded",
-        attrs=_UNSEARCHED,
-    )
+    sizes = (rows * TILE + 2, cols * TILE + 2)  # the ragged last tiles read zeros too
+    padded = zero_pad(data, padding, (2, 3), dtype, "nchw", sizes=sizes, attrs=_UNSEARCHED)
 
     # rows of tiles t (of every image) by columns c: no division of an index in the inner loop
     input_rows = transform_stage(

@@ -173,6 +173,7 @@ def test_every_built_in_workload_is_admitted_and_rebuilds_to_its_key() -> None:
         ("conv2d_nchw", {}),
         ("conv2d_nchw_winograd", {"preset": "resnet50_res3_3x3"}),
         ("conv2d_nchw_winograd", {"preset": "resnet50_res3_3x3", "weights": "weight"}),
+        ("conv2d_nhwc_winograd", {"preset": "resnet50_res2_3x3", "weights": "weight"}),
         ("layernorm", {}),
         ("dropout_philox", {}),
     ]:

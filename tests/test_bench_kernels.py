@@ -157,6 +157,7 @@ def test_the_fastest_of_a_peers_alternatives_counts_and_each_is_reported() -> No
     [
         ("conv2d_nchw", {"N": 1, "H": 9, "W": 9, "CI": 4, "CO": 8, "stride": 2}),
         ("conv2d_nchw_winograd", {"N": 1, "H": 9, "W": 7, "CI": 4, "CO": 8, "padding": 2}),
+        ("conv2d_nhwc_winograd", {"N": 2, "H": 7, "W": 9, "CI": 4, "CO": 8, "padding": 1}),
         ("conv2d_nhwc", {"N": 2, "H": 8, "W": 8, "CI": 4, "CO": 8, "stride": 2}),
         ("depthwise_conv2d", {"N": 1, "H": 8, "W": 8, "C": 8, "padding": 0}),
     ],

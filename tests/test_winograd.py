@@ -1,9 +1,9 @@
-"""Winograd's F(4x4, 3x3): the matrices compute the convolution; the kernel workload takes and
-gives what the direct convolution does, tunes into programs that still do, and with its kernel
-constant is timed with the kernel transformed ahead; a model's rewrite gives the direct
-convolution's outputs (odd sizes and asymmetric padding too) as three kernels whose last takes
-the epilogue, leaves alone the convolutions it does not apply to, and a model's
-Winograd tasks tune and build into a model that matches PyTorch."""
+"""Winograd's F(4x4, 3x3): the matrices compute the convolution; the kernel workloads (NCHW and
+NHWC) take and give what the direct convolutions do, tune into programs that still do, and with
+their kernel constant are timed with the kernel transformed ahead; a model's rewrite gives the
+direct convolution's outputs (odd sizes and asymmetric padding too) as three kernels whose last
+takes the epilogue, leaves alone the convolutions it does not apply to, and a model's Winograd
+tasks tune and build into a model that matches PyTorch."""
 
 from __future__ import annotations
 
@@ -57,6 +57,11 @@ def test_the_transforms_compute_a_tile_of_the_convolution() -> None:
     np.testing.assert_allclose(tile_out, _correlate(tile, kernel), rtol=1e-9, atol=1e-9)
 
 
+LAYOUTS = ["nchw", "nhwc"]
+"""The data layouts of the Winograd kernels: ``conv2d_{layout}_winograd``."""
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize(
     "params",
     [
@@ -67,10 +72,10 @@ def test_the_transforms_compute_a_tile_of_the_convolution() -> None:
     ids=["ragged-tiles", "batch-2-padding-2", "no-padding"],
 )
 def test_the_winograd_kernel_takes_and_gives_what_the_direct_convolution_does(
-    params: dict[str, int],
+    params: dict[str, int], layout: str
 ) -> None:
-    winograd = get_workload("conv2d_nchw_winograd", params)
-    direct = get_workload("conv2d_nchw", params)  # a 3x3 kernel of stride 1 by default
+    winograd = get_workload(f"conv2d_{layout}_winograd", params)
+    direct = get_workload(f"conv2d_{layout}", params)  # a 3x3 kernel of stride 1 by default
     assert winograd.args == direct.args and winograd.flops == direct.flops
     inputs = random_inputs(direct, seed=2)[:2]
     (expected,) = direct.reference(inputs)
@@ -79,20 +84,25 @@ def test_the_winograd_kernel_takes_and_gives_what_the_direct_convolution_does(
     assert np.abs(got - expected).max() > 0  # computed another way, not the same sums
 
 
-def test_the_winograd_kernels_presets_are_resnet50s_3x3_layers_of_stride_1() -> None:
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_the_winograd_kernels_presets_are_resnet50s_3x3_layers_of_stride_1(layout: str) -> None:
+    presets = set()
     for name, layer in RESNET50_LAYERS.items():
         if (layer["KH"], layer["stride"]) != (3, 1):
             continue
-        winograd = get_workload("conv2d_nchw_winograd", {"preset": name})
-        assert winograd.args == get_workload("conv2d_nchw", {"preset": name}).args
+        winograd = get_workload(f"conv2d_{layout}_winograd", {"preset": name})
+        assert winograd.args == get_workload(f"conv2d_{layout}", {"preset": name}).args
+        presets.add(name)
+    assert presets == {f"resnet50_res{stage}_3x3" for stage in (2, 3, 4, 5)}
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("layout", LAYOUTS)
 def test_the_winograd_kernel_tunes_into_programs_that_match_the_direct_convolution(
-    cli: Cli, tmp_path: Path
+    cli: Cli, tmp_path: Path, layout: str
 ) -> None:
     shape = ["-p", "H=10", "-p", "W=9", "-p", "CI=8", "-p", "CO=8"]
-    result = cli("tune", "conv2d_nchw_winograd", *shape, "--trials", "4", "--batch", "4",
+    result = cli("tune", f"conv2d_{layout}_winograd", *shape, "--trials", "4", "--batch", "4",
                  "--seed", "0", "--finalists", "0", "--db", f"sqlite:///{tmp_path / 'w.db'}",
                  "--json")  # fmt: skip
     assert result.code == 0, result.err
@@ -102,27 +112,29 @@ def test_the_winograd_kernel_tunes_into_programs_that_match_the_direct_convoluti
     assert report["best_latency_us"] > 0
 
 
-def _kernel_ahead(weight: np.ndarray) -> np.ndarray:
-    """``U[a, b, ci, co]`` of a (CO, CI, 3, 3) kernel, transformed as a model transforms it once."""
-    transformed = transformed_kernel(weight.transpose(2, 3, 1, 0))
+def _kernel_ahead(weight: np.ndarray, layout: str) -> np.ndarray:
+    """``U[a, b, ci, co]`` of a kernel of the ``layout`` convolution (HWIO for NHWC data, OIHW
+    for NCHW), transformed as a model transforms it once."""
+    transformed = transformed_kernel(weight if layout == "nhwc" else weight.transpose(2, 3, 1, 0))
     return transformed.reshape(ALPHA, ALPHA, *transformed.shape[1:])
 
 
+@pytest.mark.parametrize("layout", LAYOUTS)
 def test_a_constant_kernel_is_transformed_ahead_of_the_program_that_is_timed(
-    tmp_path: Path,
+    tmp_path: Path, layout: str
 ) -> None:
     params = {"H": 9, "W": 7, "CI": 5, "CO": 6}
-    plain = get_workload("conv2d_nchw_winograd", params)
+    plain = get_workload(f"conv2d_{layout}_winograd", params)
     mod = plain.mod
     assert transform_weights_ahead(mod) is mod  # the kernel as given: transformed in the call
-    constant = get_workload("conv2d_nchw_winograd", {**params, "weights": "weight"})
+    constant = get_workload(f"conv2d_{layout}_winograd", {**params, "weights": "weight"})
     ahead = transform_weights_ahead(constant.mod)
     assert buffer_args(ahead["main"], "ahead")[1] == ((ALPHA, ALPHA, 5, 6), "float32")
     assert "kernel_cols" not in ahead.script() and "kernel_transform[" in ahead.script()
     data, weight = random_inputs(constant, seed=3)[:2]
     (expected,) = constant.reference([data, weight])
     program = tvm.compile(ahead, target={"kind": "llvm"}).jit()
-    arrays = [data, _kernel_ahead(weight), np.zeros_like(expected)]
+    arrays = [data, _kernel_ahead(weight, layout), np.zeros_like(expected)]
     tensors = [tvm.runtime.tensor(array) for array in arrays]
     program["main"](*tensors)
     assert mismatch(tensors[2].numpy(), expected) is None

@@ -40,6 +40,7 @@ SMALL: dict[str, dict[str, object]] = {
     "conv2d_nhwc": {"N": 2, "H": 7, "W": 6, "CI": 3, "CO": 4, "stride": 2, "padding": 1},
     "conv2d_nchw": {"N": 2, "H": 7, "W": 6, "CI": 3, "CO": 4, "stride": 2, "padding": 1},
     "conv2d_nchw_winograd": {"N": 2, "H": 7, "W": 6, "CI": 3, "CO": 4, "padding": 1},
+    "conv2d_nhwc_winograd": {"N": 2, "H": 6, "W": 7, "CI": 3, "CO": 4, "padding": 0},
     "depthwise_conv2d": {"N": 2, "H": 7, "W": 6, "C": 3, "stride": 2},
     "conv1d_glu": {"N": 2, "L": 7, "C": 5},
     "softmax": {"rows": 5, "cols": 33},

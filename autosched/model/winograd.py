@@ -15,7 +15,7 @@ operators, each a kernel that MetaSchedule tunes on its own:
    (a TE program marked as fusable as the convolution was, so its bias, residual add and
    activation fuse into it).
 
-The matrices are those of `autosched.workloads.winograd`, whose ``conv2d_nchw_winograd`` is the
+The matrices are those of `autosched.workloads.winograd`, whose ``conv2d_nhwc_winograd`` is the
 same algorithm as one kernel. The transforms are separable: each is two passes of 1-d transforms,
 rows then columns. With the interpolation points 0, +-1, +-2 and infinity, ``B^T`` and ``A^T``
 are small integers, exact in float32; the kernel is transformed in float64 and rounded once. The

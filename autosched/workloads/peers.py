@@ -131,6 +131,10 @@ def _torch_peer(workload: Workload, build: Callable[[ModuleType, list], Callable
     return Peer(_torch_name(torch), bind)
 
 
+_NHWC_CONVOLUTIONS = frozenset({"conv2d_nhwc", "conv2d_nhwc_winograd"})
+"""The convolutions of NHWC data and HWIO weights (the others' are NCHW and OIHW)."""
+
+
 def _conv2d(workload: Workload) -> Peer:
     """PyTorch's convolution on contiguous tensors in both of its memory layouts, NCHW and
     channels-last (inputs converted before timing); the faster counts."""
@@ -140,7 +144,7 @@ def _conv2d(workload: Workload) -> Peer:
     if torch is None:
         return _scipy_conv2d(workload)
     F = torch.nn.functional
-    nhwc = workload.name == "conv2d_nhwc"
+    nhwc = workload.name in _NHWC_CONVOLUTIONS
     depthwise = workload.name == "depthwise_conv2d"
 
     def in_memory(layout: object) -> Callable[[ModuleType, list], Callable[[], object]]:
@@ -181,7 +185,7 @@ def _scipy_conv2d(workload: Workload) -> Peer:
 
     def bind(inputs: list[np.ndarray]) -> Callable[[], Outputs]:
         data, weight = inputs
-        if workload.name == "conv2d_nhwc":
+        if workload.name in _NHWC_CONVOLUTIONS:
             data, weight = data.transpose(0, 3, 1, 2), weight.transpose(3, 2, 0, 1)
         if depthwise:
             weight = weight[:, None]
@@ -203,7 +207,7 @@ def _scipy_conv2d(workload: Workload) -> Peer:
                     for n in range(padded.shape[0])
                 ]
             )
-            return [out.transpose(0, 2, 3, 1) if workload.name == "conv2d_nhwc" else out]
+            return [out.transpose(0, 2, 3, 1) if workload.name in _NHWC_CONVOLUTIONS else out]
 
         return run
 
@@ -416,6 +420,7 @@ _PEERS: dict[str, Callable[[Workload], Peer]] = {
     "conv2d_nhwc": _conv2d,
     "conv2d_nchw": _conv2d,
     "conv2d_nchw_winograd": _conv2d,
+    "conv2d_nhwc_winograd": _conv2d,
     "depthwise_conv2d": _conv2d,
     "conv1d_glu": _conv1d_glu,
     "softmax": _softmax,

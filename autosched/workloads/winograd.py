@@ -1,6 +1,7 @@
 """Winograd's minimal filtering ``F(4x4, 3x3)`` (Lavin and Gray, "Fast Algorithms for
-Convolutional Neural Networks", 2015): its matrices, and ``conv2d_nchw_winograd``, a 3x3 convolution
-of stride 1 that takes and gives what ``conv2d_nchw`` does, computed with 4x fewer products.
+Convolutional Neural Networks", 2015): its matrices, and ``conv2d_nchw_winograd`` and
+``conv2d_nhwc_winograd``, 3x3 convolutions of stride 1 that take and give what ``conv2d_nchw``
+and ``conv2d_nhwc`` do, computed with 4x fewer products.
 
 Each ``m x m`` tile of the output comes from an ``(m + 2) x (m + 2)`` tile of the input with
 ``(m + 2)^2`` products per channel pair where the direct convolution takes ``9 m^2``. The
@@ -20,11 +21,14 @@ the products, which made 2,187 design spaces and builds of up to minutes; their 
 also defeat MetaSchedule's fusion of a consumer into a tile, hence the copy of the products that
 the search may fuse as their write cache.
 
-The passes run tile-major, with no division of an index in their inner loops: the data is first
-padded (a copy, so no pass tests bounds), the first input pass runs over rows and columns of
-tiles, and the output tiles are put in their NCHW place by a last copy. Gathering the pixels of a
-tile and scattering an output tile inside the passes, with the tile's position divided out of a
-flat index in every vector lane, took half the time of the whole program (Zen 3, benchmarks).
+Every stage runs over rows and columns of tiles, with no division of an index in its inner loop
+and its inner loop over a contiguous axis: the data is first padded (a copy, so no pass tests
+bounds), and the output tiles are put in their place by a last copy. With NHWC data the passes
+run along the channels. With NCHW data they run along the columns of tiles, whose pixels lie a
+tile apart in a row: the padded rows are first split by the columns' place in a tile, so that
+each pass reads a contiguous run. Read a tile apart (as vector gathers), the first input pass
+took 42% of the program's time (ResNet-50's 56x56 layer, Intel, benchmarks); gathered with the
+tile's position divided out of a flat index in every vector lane, half (Zen 3).
 """
 
 from __future__ import annotations
@@ -118,107 +122,191 @@ def transform_stage(
     return te.compute(shape, element, name=name, attrs=attrs)
 
 
-@register_workload(
-    "conv2d_nchw_winograd",
-    "3x3 convolution of stride 1 as Winograd's F(4x4, 3x3), input NCHW, weight (CO, CI, 3, 3), "
-    "output NCHW: conv2d_nchw's arguments and result",
+_PARAMS = (
     Param("N", int, 1, "batch size"),
     Param("H", int, 56, "input height"),
     Param("W", int, 56, "input width"),
     Param("CI", int, 64, "input channels"),
     Param("CO", int, 64, "output channels"),
     Param("padding", int, 1, "zero padding on each side of H and W", min=0),
-    presets={
-        name: {key: layer[key] for key in ("H", "W", "CI", "CO", "padding")}
-        for name, layer in RESNET50_LAYERS.items()
-        if (layer["KH"], layer["KW"], layer["stride"]) == (3, 3, 1)
-    },
 )
-def conv2d_nchw_winograd(N: int, H: int, W: int, CI: int, CO: int, padding: int) -> Workload:
-    OH, OW = output_size("conv2d_nchw_winograd", H, W, 3, 3, 1, padding)
-    dtype = "float32"
-    rows, cols = -(-OH // TILE), -(-OW // TILE)
-    tiles = N * rows * cols
-    data = te.placeholder((N, CI, H, W), dtype, name="data")
-    weight = te.placeholder((CO, CI, 3, 3), dtype, name="weight")
-    # U[a, b, ci, co] = (G g G^T)[a, b]: the kernel's columns, then its rows
-    kernel_cols = transform_stage(
+_PRESETS = {
+    name: {key: layer[key] for key in ("H", "W", "CI", "CO", "padding")}
+    for name, layer in RESNET50_LAYERS.items()
+    if (layer["KH"], layer["KW"], layer["stride"]) == (3, 3, 1)
+}
+
+
+def kernel_transform(
+    CI: int, CO: int, tap: Callable[[tirx.PrimExpr, tirx.PrimExpr, int, int], tirx.PrimExpr]
+) -> te.Tensor:
+    """``U[a, b, ci, co] = (G g G^T)[a, b]`` of the 3x3 kernel whose element at row ``kh``,
+    column ``kw`` for channels ``ci`` to ``co`` is ``tap(ci, co, kh, kw)``: its columns, then its
+    rows, both stages of a weight."""
+    columns = transform_stage(
         (3, ALPHA, CI, CO),
-        lambda kh, b, ci, co, j: coefficient(KERNEL_TRANSFORM, b, j) * weight[co, ci, kh, j],
+        lambda kh, b, ci, co, j: coefficient(KERNEL_TRANSFORM, b, j) * tap(ci, co, kh, j),
         3,
         "kernel_cols",
         of_weight=True,
     )
-    kernel = transform_stage(
+    return transform_stage(
         (ALPHA, ALPHA, CI, CO),
-        lambda a, b, ci, co, j: coefficient(KERNEL_TRANSFORM, a, j) * kernel_cols[j, b, ci, co],
+        lambda a, b, ci, co, j: coefficient(KERNEL_TRANSFORM, a, j) * columns[j, b, ci, co],
         3,
         "kernel_transform",
         of_weight=True,
     )
 
-    # V[a, b, ci, p] = (B^T d B)[a, b] of tile p: the data padded, then rows, then columns
-    sizes = (rows * TILE + 2, cols * TILE + 2)  # the ragged last tiles read zeros too
-    padded = zero_pad(data, padding, (2, 3), dtype, "nchw", sizes=sizes, attrs=_UNSEARCHED)
 
-    # rows of tiles t (of every image) by columns c: no division of an index in the inner loop
-    input_rows = transform_stage(
-        (ALPHA, ALPHA, CI, N * rows, cols),
-        lambda a, x, ci, t, c, j: (
-            coefficient(INPUT_TRANSFORM, a, j)
-            * padded[t // rows, ci, t % rows * TILE + j, c * TILE + x]
-        ),
-        ALPHA,
-        "input_rows",
-    )
-    transformed = transform_stage(
-        (ALPHA, ALPHA, CI, tiles),
-        lambda a, b, ci, p, j: (
-            coefficient(INPUT_TRANSFORM, b, j) * input_rows[a, j, ci, p // cols, p % cols]
-        ),
-        ALPHA,
-        "input_transform",
-    )
-
-    # M[a, b, p, co] = sum over ci of V[a, b, ci, p] U[a, b, ci, co]: the stage the search tiles
+def output_tiles(
+    transformed: Callable[..., tirx.PrimExpr], kernel: te.Tensor, tile_rows: int, cols: int
+) -> te.Tensor:
+    """``Y[u, v, t, c, co] = (A^T M A)[u, v]`` of the tile in row ``t`` (of every image) and
+    column ``c``, where ``M[a, b, t, c, co]`` sums ``transformed(a, b, ci, t, c) U[a, b, ci, co]``
+    over the input channels: the batch of matrix products that the search tiles (their rows the
+    tiles), then the output transform's rows and columns."""
+    _, _, CI, CO = (int(d) for d in kernel.shape)
     ci = te.reduce_axis((0, CI), name="ci")
     products = te.compute(
-        (ALPHA, ALPHA, tiles, CO),
-        lambda a, b, p, co: te.sum(transformed[a, b, ci, p] * kernel[a, b, ci, co], axis=ci),
+        (ALPHA, ALPHA, tile_rows, cols, CO),
+        lambda a, b, t, c, co: te.sum(transformed(a, b, ci, t, c) * kernel[a, b, ci, co], axis=ci),
         name="products",
     )
     # a copy the search may fuse into the products' tiles as their write cache (see above)
     products = te.compute(
         products.shape, lambda *i: products(*i), name="products_written", attrs=_UNSEARCHED
     )
-
-    # Y[u, v, p, co] = (A^T M A)[u, v] of tile p: rows, then columns; then each tile in its place
     output_rows = transform_stage(
-        (TILE, ALPHA, tiles, CO),
-        lambda u, b, p, co, j: coefficient(OUTPUT_TRANSFORM, u, j) * products[j, b, p, co],
+        (TILE, ALPHA, tile_rows, cols, CO),
+        lambda u, b, t, c, co, j: coefficient(OUTPUT_TRANSFORM, u, j) * products[j, b, t, c, co],
         ALPHA,
         "output_rows",
     )
-    output_tiles = transform_stage(
-        (TILE, TILE, tiles, CO),
-        lambda u, v, p, co, j: coefficient(OUTPUT_TRANSFORM, v, j) * output_rows[u, j, p, co],
+    return transform_stage(
+        (TILE, TILE, tile_rows, cols, CO),
+        lambda u, v, t, c, co, j: coefficient(OUTPUT_TRANSFORM, v, j) * output_rows[u, j, t, c, co],
         ALPHA,
         "output_transform",
     )
+
+
+def _workload(
+    name: str, params: dict[str, object], data: te.Tensor, weight: te.Tensor, out: te.Tensor
+) -> Workload:
+    """The workload of a Winograd convolution of ``data`` by ``weight`` (``params`` those of its
+    signature), checked against the direct correlation."""
+    nhwc = name == "conv2d_nhwc_winograd"
+    padding = int(params["padding"])
+
+    def reference(inputs: list[np.ndarray]) -> list[np.ndarray]:
+        x, w = inputs
+        if nhwc:  # NHWC data and HWIO weights, seen as NCHW and OIHW
+            nchw = correlate_nchw(x.transpose(0, 3, 1, 2), w.transpose(3, 2, 0, 1), 1, padding)
+            return [np.ascontiguousarray(nchw.transpose(0, 2, 3, 1))]
+        return [correlate_nchw(x, w, stride=1, padding=padding)]
+
+    N, CO = int(params["N"]), int(params["CO"])
+    OH, OW = (int(d) for d in (out.shape[1:3] if nhwc else out.shape[2:4]))
+    flops = 2 * N * OH * OW * CO * 9 * int(params["CI"])  # the direct convolution's: rates compare
+    return workload_from_te(name, params, [data, weight, out], flops=flops, reference=reference)
+
+
+@register_workload(
+    "conv2d_nchw_winograd",
+    "3x3 convolution of stride 1 as Winograd's F(4x4, 3x3), input NCHW, weight (CO, CI, 3, 3), "
+    "output NCHW: conv2d_nchw's arguments and result",
+    *_PARAMS,
+    presets=_PRESETS,
+)
+def conv2d_nchw_winograd(N: int, H: int, W: int, CI: int, CO: int, padding: int) -> Workload:
+    OH, OW = output_size("conv2d_nchw_winograd", H, W, 3, 3, 1, padding)
+    dtype = "float32"
+    rows, cols = -(-OH // TILE), -(-OW // TILE)
+    data = te.placeholder((N, CI, H, W), dtype, name="data")
+    weight = te.placeholder((CO, CI, 3, 3), dtype, name="weight")
+    kernel = kernel_transform(CI, CO, lambda ci, co, kh, kw: weight[co, ci, kh, kw])
+
+    # V = B^T d B of each tile: the data padded (the ragged last tiles read zeros too, and the
+    # columns reach a whole tile past the last for the split), each row's columns split by their
+    # place in a tile (column c * TILE + x at [x, c]: column x of every tile of a row is then
+    # contiguous), then rows and columns of tiles, with no division of an index in the inner loop
+    sizes = (rows * TILE + 2, (cols + 1) * TILE)
+    padded = zero_pad(data, padding, (2, 3), dtype, "nchw", sizes=sizes, attrs=_UNSEARCHED)
+    split = te.compute(
+        (N, CI, rows * TILE + 2, TILE, cols + 1),
+        lambda n, ci, h, x, c: padded[n, ci, h, c * TILE + x],
+        name="pad_split",
+        attrs=_UNSEARCHED,
+    )
+    input_rows = transform_stage(
+        (ALPHA, ALPHA, CI, N * rows, cols),
+        lambda a, x, ci, t, c, j: (
+            coefficient(INPUT_TRANSFORM, a, j)
+            * split[t // rows, ci, t % rows * TILE + j, x % TILE, c + x // TILE]
+        ),
+        ALPHA,
+        "input_rows",
+    )
+    transformed = transform_stage(
+        (ALPHA, ALPHA, CI, N * rows, cols),
+        lambda a, b, ci, t, c, j: coefficient(INPUT_TRANSFORM, b, j) * input_rows[a, j, ci, t, c],
+        ALPHA,
+        "input_transform",
+    )
+
+    tiles = output_tiles(lambda a, b, ci, t, c: transformed[a, b, ci, t, c], kernel, N * rows, cols)
     out = te.compute(
         (N, CO, OH, OW),
-        lambda n, co, h, w: output_tiles[
-            h % TILE, w % TILE, (n * rows + h // TILE) * cols + w // TILE, co
-        ],
+        lambda n, co, h, w: tiles[h % TILE, w % TILE, n * rows + h // TILE, w // TILE, co],
         name="output",
         attrs=_UNSEARCHED,
     )
-
-    def reference(inputs: list[np.ndarray]) -> list[np.ndarray]:
-        return [correlate_nchw(*inputs, stride=1, padding=padding)]
-
     params: dict[str, object] = {"N": N, "H": H, "W": W, "CI": CI, "CO": CO, "padding": padding}
-    flops = 2 * N * OH * OW * CO * 9 * CI  # the direct convolution's: rates compare with it
-    return workload_from_te(
-        "conv2d_nchw_winograd", params, [data, weight, out], flops=flops, reference=reference
+    return _workload("conv2d_nchw_winograd", params, data, weight, out)
+
+
+@register_workload(
+    "conv2d_nhwc_winograd",
+    "3x3 convolution of stride 1 as Winograd's F(4x4, 3x3), input NHWC, weight HWIO "
+    "(3, 3, CI, CO), output NHWC: conv2d_nhwc's arguments and result",
+    *_PARAMS,
+    presets=_PRESETS,
+)
+def conv2d_nhwc_winograd(N: int, H: int, W: int, CI: int, CO: int, padding: int) -> Workload:
+    OH, OW = output_size("conv2d_nhwc_winograd", H, W, 3, 3, 1, padding)
+    dtype = "float32"
+    rows, cols = -(-OH // TILE), -(-OW // TILE)
+    data = te.placeholder((N, H, W, CI), dtype, name="data")
+    weight = te.placeholder((3, 3, CI, CO), dtype, name="weight")
+    kernel = kernel_transform(CI, CO, lambda ci, co, kh, kw: weight[kh, kw, ci, co])
+
+    # V = B^T d B of each tile: the data padded (the ragged last tiles read zeros too), then rows
+    # and columns of tiles, each pass along the channels, contiguous in this layout
+    sizes = (rows * TILE + 2, cols * TILE + 2)
+    padded = zero_pad(data, padding, (1, 2), dtype, "nhwc", sizes=sizes, attrs=_UNSEARCHED)
+    input_rows = transform_stage(
+        (ALPHA, ALPHA, N * rows, cols, CI),
+        lambda a, x, t, c, ci, j: (
+            coefficient(INPUT_TRANSFORM, a, j)
+            * padded[t // rows, t % rows * TILE + j, c * TILE + x, ci]
+        ),
+        ALPHA,
+        "input_rows",
     )
+    transformed = transform_stage(
+        (ALPHA, ALPHA, N * rows, cols, CI),
+        lambda a, b, t, c, ci, j: coefficient(INPUT_TRANSFORM, b, j) * input_rows[a, j, t, c, ci],
+        ALPHA,
+        "input_transform",
+    )
+
+    tiles = output_tiles(lambda a, b, ci, t, c: transformed[a, b, t, c, ci], kernel, N * rows, cols)
+    out = te.compute(
+        (N, OH, OW, CO),
+        lambda n, h, w, co: tiles[h % TILE, w % TILE, n * rows + h // TILE, w // TILE, co],
+        name="output",
+        attrs=_UNSEARCHED,
+    )
+    params: dict[str, object] = {"N": N, "H": H, "W": W, "CI": CI, "CO": CO, "padding": padding}
+    return _workload("conv2d_nhwc_winograd", params, data, weight, out)

@@ -231,6 +231,8 @@ def conv2d_nchw_winograd(N: int, H: int, W: int, CI: int, CO: int, padding: int)
     # columns reach a whole tile past the last for the split), each row's columns split by their
     # place in a tile (column c * TILE + x at [x, c]: column x of every tile of a row is then
     # contiguous), then rows and columns of tiles, with no division of an index in the inner loop
+    # (the channels between the tiles' rows and columns, so that the vectorized loop of a pass
+    # does not fuse them into lanes that divide a row's tiles out of a flat index)
     sizes = (rows * TILE + 2, (cols + 1) * TILE)
     padded = zero_pad(data, padding, (2, 3), dtype, "nchw", sizes=sizes, attrs=_UNSEARCHED)
     split = te.compute(
@@ -240,8 +242,8 @@ def conv2d_nchw_winograd(N: int, H: int, W: int, CI: int, CO: int, padding: int)
         attrs=_UNSEARCHED,
     )
     input_rows = transform_stage(
-        (ALPHA, ALPHA, CI, N * rows, cols),
-        lambda a, x, ci, t, c, j: (
+        (ALPHA, ALPHA, N * rows, CI, cols),
+        lambda a, x, t, ci, c, j: (
             coefficient(INPUT_TRANSFORM, a, j)
             * split[t // rows, ci, t % rows * TILE + j, x % TILE, c + x // TILE]
         ),
@@ -249,13 +251,13 @@ def conv2d_nchw_winograd(N: int, H: int, W: int, CI: int, CO: int, padding: int)
         "input_rows",
     )
     transformed = transform_stage(
-        (ALPHA, ALPHA, CI, N * rows, cols),
-        lambda a, b, ci, t, c, j: coefficient(INPUT_TRANSFORM, b, j) * input_rows[a, j, ci, t, c],
+        (ALPHA, ALPHA, N * rows, CI, cols),
+        lambda a, b, t, ci, c, j: coefficient(INPUT_TRANSFORM, b, j) * input_rows[a, j, t, ci, c],
         ALPHA,
         "input_transform",
     )
 
-    tiles = output_tiles(lambda a, b, ci, t, c: transformed[a, b, ci, t, c], kernel, N * rows, cols)
+    tiles = output_tiles(lambda a, b, ci, t, c: transformed[a, b, t, ci, c], kernel, N * rows, cols)
     out = te.compute(
         (N, CO, OH, OW),
         lambda n, co, h, w: tiles[h % TILE, w % TILE, n * rows + h // TILE, w // TILE, co],

@@ -191,25 +191,10 @@ def output_tiles(
     )
 
 
-def _workload(
-    name: str, params: dict[str, object], data: te.Tensor, weight: te.Tensor, out: te.Tensor
-) -> Workload:
-    """The workload of a Winograd convolution of ``data`` by ``weight`` (``params`` those of its
-    signature), checked against the direct correlation."""
-    nhwc = name == "conv2d_nhwc_winograd"
-    padding = int(params["padding"])
-
-    def reference(inputs: list[np.ndarray]) -> list[np.ndarray]:
-        x, w = inputs
-        if nhwc:  # NHWC data and HWIO weights, seen as NCHW and OIHW
-            nchw = correlate_nchw(x.transpose(0, 3, 1, 2), w.transpose(3, 2, 0, 1), 1, padding)
-            return [np.ascontiguousarray(nchw.transpose(0, 2, 3, 1))]
-        return [correlate_nchw(x, w, stride=1, padding=padding)]
-
-    N, CO = int(params["N"]), int(params["CO"])
-    OH, OW = (int(d) for d in (out.shape[1:3] if nhwc else out.shape[2:4]))
-    flops = 2 * N * OH * OW * CO * 9 * int(params["CI"])  # the direct convolution's: rates compare
-    return workload_from_te(name, params, [data, weight, out], flops=flops, reference=reference)
+def direct_flops(N: int, OH: int, OW: int, CI: int, CO: int) -> int:
+    """The direct 3x3 convolution's FLOPs, which the Winograd kernels count, so that their rates
+    compare with the direct convolution's."""
+    return 2 * N * OH * OW * CO * 9 * CI
 
 
 @register_workload(
@@ -264,8 +249,15 @@ def conv2d_nchw_winograd(N: int, H: int, W: int, CI: int, CO: int, padding: int)
         name="output",
         attrs=_UNSEARCHED,
     )
+
+    def reference(inputs: list[np.ndarray]) -> list[np.ndarray]:
+        return [correlate_nchw(*inputs, stride=1, padding=padding)]
+
     params: dict[str, object] = {"N": N, "H": H, "W": W, "CI": CI, "CO": CO, "padding": padding}
-    return _workload("conv2d_nchw_winograd", params, data, weight, out)
+    flops = direct_flops(N, OH, OW, CI, CO)
+    return workload_from_te(
+        "conv2d_nchw_winograd", params, [data, weight, out], flops=flops, reference=reference
+    )
 
 
 @register_workload(
@@ -310,5 +302,14 @@ def conv2d_nhwc_winograd(N: int, H: int, W: int, CI: int, CO: int, padding: int)
         name="output",
         attrs=_UNSEARCHED,
     )
+
+    def reference(inputs: list[np.ndarray]) -> list[np.ndarray]:
+        x, w = inputs  # NHWC data and HWIO weights, seen as NCHW and OIHW
+        nchw = correlate_nchw(x.transpose(0, 3, 1, 2), w.transpose(3, 2, 0, 1), 1, padding)
+        return [np.ascontiguousarray(nchw.transpose(0, 2, 3, 1))]
+
     params: dict[str, object] = {"N": N, "H": H, "W": W, "CI": CI, "CO": CO, "padding": padding}
-    return _workload("conv2d_nhwc_winograd", params, data, weight, out)
+    flops = direct_flops(N, OH, OW, CI, CO)
+    return workload_from_te(
+        "conv2d_nhwc_winograd", params, [data, weight, out], flops=flops, reference=reference
+    )

@@ -36,7 +36,9 @@ class Workload:
     ``func`` is normalised (global symbol ``main``, ``tirx.noalias``); its arguments are buffers of
     static shape, and when ``num_outputs`` is known the last ``num_outputs`` of them are outputs.
     ``reference`` maps the input arrays to the expected output arrays. ``source`` is the IR JSON
-    of a workload that is not built in.
+    of a workload that is not built in. ``nominal_flops``: ``flops`` counts another algorithm's
+    operations, not the program's own (a Winograd convolution counts the direct one's), so that
+    rates compare with that algorithm's; no peak of this machine bounds such a rate.
     """
 
     name: str
@@ -46,6 +48,7 @@ class Workload:
     num_outputs: int | None
     reference: Reference | None
     source: str | None = None
+    nominal_flops: bool = False
 
     @property
     def mod(self) -> tvm.IRModule:
@@ -111,10 +114,11 @@ def workload_from_te(
     flops: float | None,
     reference: Reference | None,
     num_outputs: int = 1,
+    nominal_flops: bool = False,
 ) -> Workload:
     """A workload from TE tensors: the placeholders first, then the ``num_outputs`` outputs."""
     func = normalize_func(te.create_prim_func(list(tensors)))
-    return Workload(name, params, func, flops, num_outputs, reference)
+    return Workload(name, params, func, flops, num_outputs, reference, nominal_flops=nominal_flops)
 
 
 def workload_from_tvmscript(text: str, *, name: str = "custom") -> Workload:

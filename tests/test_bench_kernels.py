@@ -61,19 +61,25 @@ def test_suites_name_valid_workloads_and_bad_requests_are_user_errors() -> None:
         suite_cases(None, ["matmul", "softmax"], {"M": "8"})
 
 
-def test_integer_arithmetic_neither_raises_the_float_peak_nor_is_bounded_by_it() -> None:
+def test_integer_operations_and_nominal_flops_neither_raise_nor_meet_the_float_peak() -> None:
     assert get_workload("matmul", {"M": 16, "N": 16, "K": 16}).float_arithmetic
     assert get_workload("matmul_int4_weight", {}).float_arithmetic  # dequantised to float32
     int8 = get_workload("matmul_int8", {"M": 64, "N": 64, "K": 64, "layout": "vnni"})
     assert not int8.float_arithmetic  # int32 results of int8 dot products
+    assert not get_workload("conv2d_nhwc", {}).nominal_flops
+    for layout in ("nchw", "nhwc"):  # they count the direct convolution's FLOPs, 2.25x their own
+        assert get_workload(f"conv2d_{layout}_winograd", {}).nominal_flops
     # 1 GFLOP in 20 ms: 50 GFLOP/s, against 40 for the peer
     matmul = KernelRow("matmul", {"M": 8}, 1e9, True, 768, 2, 4e4, 2e4, "numpy", 2.5e4, 0.8,
                        50.0, None, None, None).against(CALIBRATION)  # fmt: skip
     vnni = replace(matmul, workload="matmul_int8", float_arithmetic=False, gflops=900.0)
-    assert fastest_rate([matmul, vnni.against(CALIBRATION)]) == (50.0, "tuned matmul")
+    winograd = replace(matmul, workload="conv2d_nhwc_winograd", nominal_flops=True, gflops=300.0)
+    rows = [matmul, vnni.against(CALIBRATION), winograd.against(CALIBRATION)]
+    assert fastest_rate(rows) == (50.0, "tuned matmul")
     assert matmul.roofline_percent == pytest.approx(50.0)  # 10 ms at the peak of 100
-    assert vnni.against(CALIBRATION).roofline_us is None
-    assert vnni.against(CALIBRATION).roofline_percent is None
+    for unbounded in (vnni, winograd):
+        assert unbounded.against(CALIBRATION).roofline_us is None
+        assert unbounded.against(CALIBRATION).roofline_percent is None
 
 
 @pytest.mark.slow

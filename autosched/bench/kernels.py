@@ -71,7 +71,9 @@ class KernelRow:
     """One benchmarked workload. Latencies in microseconds; None where nothing was measured.
 
     ``flops`` counts operations, integer ones too (``float_arithmetic`` false: int8 dot
-    products); such a row has no roofline, since the calibrated peak is of float32 FMAs.
+    products), or another algorithm's (``nominal_flops``: a Winograd convolution counts the direct
+    one's). Neither row has a roofline, nor raises the peak: the calibrated peak is of float32
+    FMAs the program itself performs.
     """
 
     workload: str
@@ -89,14 +91,20 @@ class KernelRow:
     roofline_us: float | None
     roofline_percent: float | None
     note: str | None
+    nominal_flops: bool = False
+
+    @property
+    def bounded_by_peak(self) -> bool:
+        """Whether the calibrated float32 peak bounds this row's rate."""
+        return self.float_arithmetic and not self.nominal_flops
 
     def as_json(self) -> dict[str, object]:
         return asdict(self)
 
     def against(self, calibration: Calibration) -> KernelRow:
-        """This row with its roofline figures taken against ``calibration`` (none for integer
-        arithmetic)."""
-        if not self.float_arithmetic:
+        """This row with its roofline figures taken against ``calibration`` (none where the peak
+        does not bound its rate)."""
+        if not self.bounded_by_peak:
             return replace(self, roofline_us=None, roofline_percent=None)
         bound_us = calibration.bound_secs(self.flops, self.min_bytes) * 1e6
         percent = 100 * bound_us / self.tuned_us if self.tuned_us else None
@@ -180,6 +188,7 @@ def _bench_one(
         params=dict(workload.params),
         flops=workload.flops,
         float_arithmetic=workload.float_arithmetic,
+        nominal_flops=workload.nominal_flops,
         min_bytes=workload.min_bytes,
         trials=report.trials,
         untuned_us=_us(report.baseline_latency_secs),
@@ -197,10 +206,11 @@ def _bench_one(
 
 def fastest_rate(rows: Sequence[KernelRow]) -> tuple[float, str]:
     """The highest GFLOP/s any tuned program or peer of a floating-point workload reached, and
-    which one it was (integer operations, four int8 products to a VNNI lane, are no FLOPs)."""
+    which one it was (integer operations, four int8 products to a VNNI lane, are no FLOPs; a
+    Winograd convolution's counted FLOPs are the direct one's, not its own)."""
     rates = []
     for row in rows:
-        if not row.float_arithmetic:
+        if not row.bounded_by_peak:
             continue
         if row.gflops is not None:
             rates.append((row.gflops, f"tuned {row.workload}"))

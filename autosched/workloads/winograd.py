@@ -256,7 +256,12 @@ def conv2d_nchw_winograd(N: int, H: int, W: int, CI: int, CO: int, padding: int)
     params: dict[str, object] = {"N": N, "H": H, "W": W, "CI": CI, "CO": CO, "padding": padding}
     flops = direct_flops(N, OH, OW, CI, CO)
     return workload_from_te(
-        "conv2d_nchw_winograd", params, [data, weight, out], flops=flops, reference=reference
+        "conv2d_nchw_winograd",
+        params,
+        [data, weight, out],
+        flops=flops,
+        reference=reference,
+        nominal_flops=True,
     )
 
 
@@ -311,5 +316,10 @@ def conv2d_nhwc_winograd(N: int, H: int, W: int, CI: int, CO: int, padding: int)
     params: dict[str, object] = {"N": N, "H": H, "W": W, "CI": CI, "CO": CO, "padding": padding}
     flops = direct_flops(N, OH, OW, CI, CO)
     return workload_from_te(
-        "conv2d_nhwc_winograd", params, [data, weight, out], flops=flops, reference=reference
+        "conv2d_nhwc_winograd",
+        params,
+        [data, weight, out],
+        flops=flops,
+        reference=reference,
+        nominal_flops=True,
     )

@@ -159,6 +159,39 @@ def kernel_transform(
     )
 
 
+def input_tiles(
+    extents: dict[str, int], pixel: Callable[..., tirx.PrimExpr]
+) -> Callable[..., tirx.PrimExpr]:
+    """``V[a, b] = (B^T d B)[a, b]`` of every input tile ``d``, whose pixel at row ``y``, column
+    ``x`` of the tile in row ``t`` (of every image) and column ``c`` of tiles, channel ``ci``, is
+    ``pixel(t, ci, c, y, x)``: the rows, then the columns, each pass over the axes ``t``, ``ci``
+    and ``c`` in the order of their ``extents`` (the last innermost, vectorized). Returns
+    ``V(a, b, ci, t, c)``."""
+    order = list(extents)
+    shape = (ALPHA, ALPHA, *extents.values())
+
+    def by_rows(a: tirx.PrimExpr, x: tirx.PrimExpr, *tile_and_j: tirx.PrimExpr) -> tirx.PrimExpr:
+        *tile, j = tile_and_j
+        at = dict(zip(order, tile, strict=True))
+        return coefficient(INPUT_TRANSFORM, a, j) * pixel(at["t"], at["ci"], at["c"], j, x)
+
+    rows = transform_stage(shape, by_rows, ALPHA, "input_rows")
+
+    def by_columns(a: tirx.PrimExpr, b: tirx.PrimExpr, *tile_and_j: tirx.PrimExpr) -> tirx.PrimExpr:
+        *tile, j = tile_and_j
+        return coefficient(INPUT_TRANSFORM, b, j) * rows[(a, j, *tile)]
+
+    transformed = transform_stage(shape, by_columns, ALPHA, "input_transform")
+
+    def at(
+        a: tirx.PrimExpr, b: tirx.PrimExpr, ci: tirx.PrimExpr, t: tirx.PrimExpr, c: tirx.PrimExpr
+    ) -> tirx.PrimExpr:
+        place = {"t": t, "ci": ci, "c": c}
+        return transformed[(a, b, *(place[axis] for axis in order))]
+
+    return at
+
+
 def output_tiles(
     transformed: Callable[..., tirx.PrimExpr], kernel: te.Tensor, tile_rows: int, cols: int
 ) -> te.Tensor:
@@ -191,10 +224,22 @@ def output_tiles(
     )
 
 
-def direct_flops(N: int, OH: int, OW: int, CI: int, CO: int) -> int:
-    """The direct 3x3 convolution's FLOPs, which the Winograd kernels count, so that their rates
-    compare with the direct convolution's."""
-    return 2 * N * OH * OW * CO * 9 * CI
+def _workload(
+    name: str,
+    params: dict[str, object],
+    tensors: list[te.Tensor],
+    pixels: tuple[int, int],
+    reference: Callable[[list[np.ndarray]], list[np.ndarray]],
+) -> Workload:
+    """The workload of a Winograd convolution (``tensors``: its data, weight and output, of
+    ``pixels`` rows and columns), counted in the direct 3x3 convolution's FLOPs, so that its rates
+    compare with the direct convolution's (``nominal_flops``)."""
+    OH, OW = pixels
+    N, CI, CO = (int(params[key]) for key in ("N", "CI", "CO"))
+    flops = 2 * N * OH * OW * CO * 9 * CI
+    return workload_from_te(
+        name, params, tensors, flops=flops, reference=reference, nominal_flops=True
+    )
 
 
 @register_workload(
@@ -226,23 +271,11 @@ def conv2d_nchw_winograd(N: int, H: int, W: int, CI: int, CO: int, padding: int)
         name="pad_split",
         attrs=_UNSEARCHED,
     )
-    input_rows = transform_stage(
-        (ALPHA, ALPHA, N * rows, CI, cols),
-        lambda a, x, t, ci, c, j: (
-            coefficient(INPUT_TRANSFORM, a, j)
-            * split[t // rows, ci, t % rows * TILE + j, x % TILE, c + x // TILE]
-        ),
-        ALPHA,
-        "input_rows",
+    transformed = input_tiles(
+        {"t": N * rows, "ci": CI, "c": cols},
+        lambda t, ci, c, y, x: split[t // rows, ci, t % rows * TILE + y, x % TILE, c + x // TILE],
     )
-    transformed = transform_stage(
-        (ALPHA, ALPHA, N * rows, CI, cols),
-        lambda a, b, t, ci, c, j: coefficient(INPUT_TRANSFORM, b, j) * input_rows[a, j, t, ci, c],
-        ALPHA,
-        "input_transform",
-    )
-
-    tiles = output_tiles(lambda a, b, ci, t, c: transformed[a, b, t, ci, c], kernel, N * rows, cols)
+    tiles = output_tiles(transformed, kernel, N * rows, cols)
     out = te.compute(
         (N, CO, OH, OW),
         lambda n, co, h, w: tiles[h % TILE, w % TILE, n * rows + h // TILE, w // TILE, co],
@@ -254,15 +287,7 @@ def conv2d_nchw_winograd(N: int, H: int, W: int, CI: int, CO: int, padding: int)
         return [correlate_nchw(*inputs, stride=1, padding=padding)]
 
     params: dict[str, object] = {"N": N, "H": H, "W": W, "CI": CI, "CO": CO, "padding": padding}
-    flops = direct_flops(N, OH, OW, CI, CO)
-    return workload_from_te(
-        "conv2d_nchw_winograd",
-        params,
-        [data, weight, out],
-        flops=flops,
-        reference=reference,
-        nominal_flops=True,
-    )
+    return _workload("conv2d_nchw_winograd", params, [data, weight, out], (OH, OW), reference)
 
 
 @register_workload(
@@ -284,23 +309,11 @@ def conv2d_nhwc_winograd(N: int, H: int, W: int, CI: int, CO: int, padding: int)
     # and columns of tiles, each pass along the channels, contiguous in this layout
     sizes = (rows * TILE + 2, cols * TILE + 2)
     padded = zero_pad(data, padding, (1, 2), dtype, "nhwc", sizes=sizes, attrs=_UNSEARCHED)
-    input_rows = transform_stage(
-        (ALPHA, ALPHA, N * rows, cols, CI),
-        lambda a, x, t, c, ci, j: (
-            coefficient(INPUT_TRANSFORM, a, j)
-            * padded[t // rows, t % rows * TILE + j, c * TILE + x, ci]
-        ),
-        ALPHA,
-        "input_rows",
+    transformed = input_tiles(
+        {"t": N * rows, "c": cols, "ci": CI},
+        lambda t, ci, c, y, x: padded[t // rows, t % rows * TILE + y, c * TILE + x, ci],
     )
-    transformed = transform_stage(
-        (ALPHA, ALPHA, N * rows, cols, CI),
-        lambda a, b, t, c, ci, j: coefficient(INPUT_TRANSFORM, b, j) * input_rows[a, j, t, c, ci],
-        ALPHA,
-        "input_transform",
-    )
-
-    tiles = output_tiles(lambda a, b, ci, t, c: transformed[a, b, t, c, ci], kernel, N * rows, cols)
+    tiles = output_tiles(transformed, kernel, N * rows, cols)
     out = te.compute(
         (N, OH, OW, CO),
         lambda n, h, w, co: tiles[h % TILE, w % TILE, n * rows + h // TILE, w // TILE, co],
@@ -314,12 +327,4 @@ def conv2d_nhwc_winograd(N: int, H: int, W: int, CI: int, CO: int, padding: int)
         return [np.ascontiguousarray(nchw.transpose(0, 2, 3, 1))]
 
     params: dict[str, object] = {"N": N, "H": H, "W": W, "CI": CI, "CO": CO, "padding": padding}
-    flops = direct_flops(N, OH, OW, CI, CO)
-    return workload_from_te(
-        "conv2d_nhwc_winograd",
-        params,
-        [data, weight, out],
-        flops=flops,
-        reference=reference,
-        nominal_flops=True,
-    )
+    return _workload("conv2d_nhwc_winograd", params, [data, weight, out], (OH, OW), reference)

@@ -39,7 +39,7 @@ import numpy as np
 from tvm import te, tirx
 
 from autosched.weights import WEIGHT_TRANSFORM
-from autosched.workload import Workload, workload_from_te
+from autosched.workload import Reference, Workload, workload_from_te
 from autosched.workloads._registry import Param, register_workload
 from autosched.workloads.nn import RESNET50_LAYERS, correlate_nchw, output_size, zero_pad
 
@@ -229,7 +229,7 @@ def _workload(
     params: dict[str, object],
     tensors: list[te.Tensor],
     pixels: tuple[int, int],
-    reference: Callable[[list[np.ndarray]], list[np.ndarray]],
+    reference: Reference,
 ) -> Workload:
     """The workload of a Winograd convolution (``tensors``: its data, weight and output, of
     ``pixels`` rows and columns), counted in the direct 3x3 convolution's FLOPs, so that its rates

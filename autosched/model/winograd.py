@@ -8,7 +8,9 @@ one group whose kernel is a constant, with at least ``MIN_TILES`` output tiles, 
 operators, each a kernel that MetaSchedule tunes on its own:
 
 1. the input transform ``V = B^T d B`` of every tile ``d`` (a TE program; the tiles overlap by two
-   rows and columns, the padding is read as zeros): ``V[(m + 2)^2, tiles, in channels]``;
+   rows and columns): ``V[(m + 2)^2, tiles, in channels]``, the passes of the kernel's
+   (`autosched.workloads.winograd.input_tiles`: the data padded first, so that no pass tests
+   bounds, every pass along the channels, all kept out of the search's rules);
 2. one batch of ``(m + 2)^2`` matrix products ``M = V U`` with the transformed kernel
    ``U = G g G^T``, computed here from the constant (so it is a weight the kernel may pack);
 3. the output transform ``Y = A^T M A`` of every tile, written into the output's place
@@ -30,12 +32,14 @@ import tvm
 from tvm import relax, te
 
 from autosched.model.relax_ir import static_shape
+from autosched.workloads.nn import zero_pad
 from autosched.workloads.winograd import (
     ALPHA,
-    INPUT_TRANSFORM,
     KERNEL_TRANSFORM,
     OUTPUT_TRANSFORM,
     TILE,
+    UNSEARCHED,
+    input_tiles,
 )
 
 MIN_CHANNELS = 16
@@ -90,14 +94,12 @@ class _Rewriter(relax.PyExprMutator):
         top, left, _bottom, _right = (int(pad) for pad in call.attrs.padding)
         tiles = _tiles(call)
         transformed = relax.const(transformed_kernel(kernel.value.numpy()))
-        coefficients = relax.const(INPUT_TRANSFORM.astype(str(data.ty.dtype)))
         inverse = relax.const(OUTPUT_TRANSFORM.astype(str(data.ty.dtype)))
         builder = self.builder_
         tiles_in = builder.emit(
             builder.call_te(
                 _input_transform,
                 data,
-                coefficients,
                 tiles=tiles,
                 pads=(top, left),
                 primfunc_name_hint="winograd_input_transform",
@@ -158,33 +160,19 @@ def _applies(call: relax.Call) -> bool:
 
 
 def _input_transform(
-    data: te.Tensor, bt: te.Tensor, tiles: tuple[int, int, int], pads: tuple[int, int]
+    data: te.Tensor, tiles: tuple[int, int, int], pads: tuple[int, int]
 ) -> te.Tensor:
-    """``V[a * ALPHA + b, p, c] = (B^T d B)[a, b]`` of the tile ``d`` of tile number ``p``: rows
-    first, then columns."""
+    """``V[a * ALPHA + b, p, c] = (B^T d B)[a, b]`` of the tile ``d`` of tile number ``p`` (the
+    images' rows of tiles, then their columns): the data padded into whole tiles (so no pass tests
+    bounds), then `input_tiles`' passes, rows then columns, each along the channels."""
     batch, rows, cols = tiles
-    count = batch * rows * cols
-    height, width, channels = (int(dim) for dim in data.shape[1:])
-    top, left = pads
-
-    def pixel(p: tvm.tirx.PrimExpr, y: tvm.tirx.PrimExpr, x: tvm.tirx.PrimExpr, c):
-        n, tile = p // (rows * cols), p % (rows * cols)
-        h = tile // cols * TILE + y - top
-        w = tile % cols * TILE + x - left
-        inside = tvm.tirx.all(h >= 0, h < height, w >= 0, w < width)
-        return tvm.tirx.if_then_else(inside, data[n, h, w, c], tvm.tirx.const(0, data.dtype))
-
-    r = te.reduce_axis((0, ALPHA), name="r")
-    by_rows = te.compute(
-        (ALPHA, ALPHA, count, channels),
-        lambda a, x, p, c: te.sum(bt[a, r] * pixel(p, r, x, c), axis=r),
-        name="by_rows",
-    )
-    s = te.reduce_axis((0, ALPHA), name="s")
-    return te.compute(
-        (ALPHA * ALPHA, count, channels),
-        lambda k, p, c: te.sum(by_rows[k // ALPHA, s, p, c] * bt[k % ALPHA, s], axis=s),
-        name="tiles_in",
+    channels = int(data.shape[3])
+    sizes = (rows * TILE + 2, cols * TILE + 2)
+    padded = zero_pad(data, pads, (1, 2), str(data.dtype), "nhwc", sizes=sizes, attrs=UNSEARCHED)
+    return input_tiles(
+        {"t": batch * rows, "c": cols, "ci": channels},
+        lambda t, ci, c, y, x: padded[t // rows, t % rows * TILE + y, c * TILE + x, ci],
+        matrices=True,
     )
 
 

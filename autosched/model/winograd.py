@@ -15,7 +15,8 @@ operators, each a kernel that MetaSchedule tunes on its own:
    ``U = G g G^T``, computed here from the constant (so it is a weight the kernel may pack);
 3. the output transform ``Y = A^T M A`` of every tile, written into the output's place
    (a TE program marked as fusable as the convolution was, so its bias, residual add and
-   activation fuse into it).
+   activation fuse into it; its last pass is left to the search, whose inlining puts that
+   epilogue into the pass, one loop nest that writes the output once).
 
 The matrices are those of `autosched.workloads.winograd`, whose ``conv2d_nhwc_winograd`` is the
 same algorithm as one kernel. The transforms are separable: each is two passes of 1-d transforms,
@@ -39,7 +40,9 @@ from autosched.workloads.winograd import (
     OUTPUT_TRANSFORM,
     TILE,
     UNSEARCHED,
+    coefficient,
     input_tiles,
+    transform_stage,
 )
 
 MIN_CHANNELS = 16
@@ -94,7 +97,6 @@ class _Rewriter(relax.PyExprMutator):
         top, left, _bottom, _right = (int(pad) for pad in call.attrs.padding)
         tiles = _tiles(call)
         transformed = relax.const(transformed_kernel(kernel.value.numpy()))
-        inverse = relax.const(OUTPUT_TRANSFORM.astype(str(data.ty.dtype)))
         builder = self.builder_
         tiles_in = builder.emit(
             builder.call_te(
@@ -110,7 +112,6 @@ class _Rewriter(relax.PyExprMutator):
         return builder.call_te(
             _output_transform,
             products,
-            inverse,
             shape=(batch, out_height, out_width),
             tiles=tiles,
             primfunc_name_hint="winograd_output_transform",
@@ -177,28 +178,23 @@ def _input_transform(
 
 
 def _output_transform(
-    products: te.Tensor,
-    at: te.Tensor,
-    shape: tuple[int, int, int],
-    tiles: tuple[int, int, int],
+    products: te.Tensor, shape: tuple[int, int, int], tiles: tuple[int, int, int]
 ) -> te.Tensor:
     """``Y[n, h, w, o] = (A^T M A)[h % m, w % m]`` of the products ``M`` of the tile holding
-    ``(h, w)``: rows first, then columns."""
+    ``(h, w)``: rows first (a pass kept out of the search), then columns, written into the
+    output's place (a pass left to the search, so that the epilogue fused after it may be inlined
+    into it), each along the channels with the coefficients as constants."""
     _, rows, cols = tiles
     count, channels = (int(dim) for dim in products.shape[1:])
-    a = te.reduce_axis((0, ALPHA), name="a")
-    by_rows = te.compute(
+    by_rows = transform_stage(
         (TILE, ALPHA, count, channels),
-        lambda u, b, p, o: te.sum(at[u, a] * products[a * ALPHA + b, p, o], axis=a),
-        name="by_rows",
+        lambda u, b, p, o, j: coefficient(OUTPUT_TRANSFORM, u, j) * products[j * ALPHA + b, p, o],
+        ALPHA,
+        "output_rows",
     )
-    b = te.reduce_axis((0, ALPHA), name="b")
 
-    def tile(n, h, w):
-        return (n * rows + h // TILE) * cols + w // TILE
+    def by_columns(n, h, w, o, j):
+        tile = (n * rows + h // TILE) * cols + w // TILE
+        return coefficient(OUTPUT_TRANSFORM, w % TILE, j) * by_rows[h % TILE, j, tile, o]
 
-    return te.compute(
-        (*shape, channels),
-        lambda n, h, w, o: te.sum(by_rows[h % TILE, b, tile(n, h, w), o] * at[w % TILE, b], axis=b),
-        name="tiles_out",
-    )
+    return transform_stage((*shape, channels), by_columns, ALPHA, "output_transform", searched=True)

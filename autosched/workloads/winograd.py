@@ -105,12 +105,15 @@ def transform_stage(
     name: str,
     *,
     of_weight: bool = False,
+    searched: bool = False,
 ) -> te.Tensor:
     """A pass of 1-d transforms: each element the sum of ``term(*index, j)`` over ``j`` below
     ``length``, written out (no reduction loop), so that the stage is spatial and its innermost
     axis vectorizes. Kept out of the search's rules, which would inline it into its consumer (and
-    so recompute it there) or tile it. A transform ``of_weight`` runs ahead of the timed program
-    where the weight is declared constant (`autosched.weights`)."""
+    so recompute it there) or tile it, unless ``searched`` (a last pass, read once, into which
+    the search may inline the elementwise stages a model fuses after it). A transform
+    ``of_weight`` runs ahead of the timed program where the weight is declared constant
+    (`autosched.weights`)."""
 
     def element(*index: tirx.PrimExpr) -> tirx.PrimExpr:
         total = term(*index, 0)
@@ -118,7 +121,9 @@ def transform_stage(
             total = total + term(*index, j)
         return total
 
-    attrs = {**UNSEARCHED, WEIGHT_TRANSFORM: 1} if of_weight else UNSEARCHED
+    attrs = {} if searched else dict(UNSEARCHED)
+    if of_weight:
+        attrs[WEIGHT_TRANSFORM] = 1
     return te.compute(shape, element, name=name, attrs=attrs)
 
 

@@ -193,7 +193,8 @@ def _output_transform(
         "output_rows",
     )
 
-    def by_columns(n, h, w, o, j):
+    def by_columns(*index_and_j: tvm.tirx.PrimExpr) -> tvm.tirx.PrimExpr:
+        n, h, w, o, j = index_and_j
         tile = (n * rows + h // TILE) * cols + w // TILE
         return coefficient(OUTPUT_TRANSFORM, w % TILE, j) * by_rows[h % TILE, j, tile, o]
 

@@ -194,7 +194,9 @@ def input_tiles(
         return transform_stage(shape, by_columns, ALPHA, "input_transform")
     tile_rows, cols, channels = extents.values()
 
-    def of_matrices(k: tirx.PrimExpr, p: tirx.PrimExpr, ci: tirx.PrimExpr, j: tirx.PrimExpr):
+    def of_matrices(
+        k: tirx.PrimExpr, p: tirx.PrimExpr, ci: tirx.PrimExpr, j: tirx.PrimExpr
+    ) -> tirx.PrimExpr:
         return by_columns(k // ALPHA, k % ALPHA, p // cols, p % cols, ci, j)
 
     return transform_stage(

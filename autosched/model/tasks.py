@@ -13,11 +13,10 @@ warm, a model's kernels sum to far less than the model takes).
 A task's PrimFunc travels as IR JSON and passes ``autosched.admission`` like any program from a
 file. TVM marks fused functions with attributes the admission refuses (``op_pattern``) and
 blocks with hints of schedules (``schedule_rule``, TOPI's softmax ``axis``); they are dropped
-from the tuned workload (but a ``schedule_rule`` of "None", which keeps the rules off a block),
-and its parameters are renamed ``p0``, ``p1``, ... so that the same layer in two models is one
-workload (a schedule's trace names blocks, not parameters, so it replays onto TVM's own
-function as extracted). A task that is still not admitted (a block annotation, a call the
-admission refuses) keeps TVM's default schedule and says why.
+from the tuned workload, and its parameters are renamed ``p0``, ``p1``, ... so that the same
+layer in two models is one workload (a schedule's trace names blocks, not parameters, so it
+replays onto TVM's own function as extracted). A task that is still not admitted (a block
+annotation, a call the admission refuses) keeps TVM's default schedule and says why.
 """
 
 from __future__ import annotations
@@ -54,10 +53,6 @@ _LOWERED_OPS = frozenset(
 _SCHEDULE_HINTS = frozenset({"schedule_rule", "axis"})
 """Block annotations that only steer schedules: MetaSchedule's choice of rules, and the axis that
 TOPI's softmax names for its hand-written schedules."""
-
-_UNSEARCHED = ("schedule_rule", "None")
-"""The one hint kept: it keeps every rule off a block (the Winograd transforms' passes,
-`autosched.workloads.winograd.UNSEARCHED`), which the admission allows."""
 
 
 @dataclass(frozen=True)
@@ -165,7 +160,7 @@ def _canonical_json(func: tvm.tirx.PrimFunc) -> str:
     """The IR JSON of ``func`` with its parameters named ``p0``, ``p1``, ... (TVM names them
     after the Relax variables they were bound to, which differ between models that share a layer)
     and without the blocks' ``schedule_rule`` hints (TVM's custom rule for a block; the tuned
-    workload is searched with the generic rules) but those that keep the rules off a block."""
+    workload is searched with the generic rules)."""
     document = json.loads(program_json(func))
     nodes = document["nodes"]
 
@@ -183,7 +178,6 @@ def _canonical_json(func: tvm.tirx.PrimFunc) -> str:
                 index
                 for key, value in zip(entries[0::2], entries[1::2], strict=True)
                 if nodes[key]["data"] not in _SCHEDULE_HINTS
-                or (nodes[key]["data"], nodes[value].get("data")) == _UNSEARCHED
                 for index in (key, value)
             ]
             if len(kept) < len(entries):

@@ -8,15 +8,12 @@ one group whose kernel is a constant, with at least ``MIN_TILES`` output tiles, 
 operators, each a kernel that MetaSchedule tunes on its own:
 
 1. the input transform ``V = B^T d B`` of every tile ``d`` (a TE program; the tiles overlap by two
-   rows and columns): ``V[(m + 2)^2, tiles, in channels]``, the passes of the kernel's
-   (`autosched.workloads.winograd.input_tiles`: the data padded first, so that no pass tests
-   bounds, every pass along the channels, all kept out of the search's rules);
+   rows and columns, the padding is read as zeros): ``V[(m + 2)^2, tiles, in channels]``;
 2. one batch of ``(m + 2)^2`` matrix products ``M = V U`` with the transformed kernel
    ``U = G g G^T``, computed here from the constant (so it is a weight the kernel may pack);
 3. the output transform ``Y = A^T M A`` of every tile, written into the output's place
    (a TE program marked as fusable as the convolution was, so its bias, residual add and
-   activation fuse into it; its last pass is left to the search, whose inlining puts that
-   epilogue into the pass, one loop nest that writes the output once).
+   activation fuse into it).
 
 The matrices are those of `autosched.workloads.winograd`, whose ``conv2d_nhwc_winograd`` is the
 same algorithm as one kernel. The transforms are separable: each is two passes of 1-d transforms,
@@ -33,16 +30,12 @@ import tvm
 from tvm import relax, te
 
 from autosched.model.relax_ir import static_shape
-from autosched.workloads.nn import zero_pad
 from autosched.workloads.winograd import (
     ALPHA,
+    INPUT_TRANSFORM,
     KERNEL_TRANSFORM,
     OUTPUT_TRANSFORM,
     TILE,
-    UNSEARCHED,
-    coefficient,
-    input_tiles,
-    transform_stage,
 )
 
 MIN_CHANNELS = 16
@@ -97,11 +90,14 @@ class _Rewriter(relax.PyExprMutator):
         top, left, _bottom, _right = (int(pad) for pad in call.attrs.padding)
         tiles = _tiles(call)
         transformed = relax.const(transformed_kernel(kernel.value.numpy()))
+        coefficients = relax.const(INPUT_TRANSFORM.astype(str(data.ty.dtype)))
+        inverse = relax.const(OUTPUT_TRANSFORM.astype(str(data.ty.dtype)))
         builder = self.builder_
         tiles_in = builder.emit(
             builder.call_te(
                 _input_transform,
                 data,
+                coefficients,
                 tiles=tiles,
                 pads=(top, left),
                 primfunc_name_hint="winograd_input_transform",
@@ -112,6 +108,7 @@ class _Rewriter(relax.PyExprMutator):
         return builder.call_te(
             _output_transform,
             products,
+            inverse,
             shape=(batch, out_height, out_width),
             tiles=tiles,
             primfunc_name_hint="winograd_output_transform",
@@ -161,41 +158,59 @@ def _applies(call: relax.Call) -> bool:
 
 
 def _input_transform(
-    data: te.Tensor, tiles: tuple[int, int, int], pads: tuple[int, int]
+    data: te.Tensor, bt: te.Tensor, tiles: tuple[int, int, int], pads: tuple[int, int]
 ) -> te.Tensor:
-    """``V[a * ALPHA + b, p, c] = (B^T d B)[a, b]`` of the tile ``d`` of tile number ``p`` (the
-    images' rows of tiles, then their columns): the data padded into whole tiles (so no pass tests
-    bounds), then `input_tiles`' passes, rows then columns, each along the channels."""
+    """``V[a * ALPHA + b, p, c] = (B^T d B)[a, b]`` of the tile ``d`` of tile number ``p``: rows
+    first, then columns."""
     batch, rows, cols = tiles
-    channels = int(data.shape[3])
-    sizes = (rows * TILE + 2, cols * TILE + 2)
-    padded = zero_pad(data, pads, (1, 2), str(data.dtype), "nhwc", sizes=sizes, attrs=UNSEARCHED)
-    return input_tiles(
-        {"t": batch * rows, "c": cols, "ci": channels},
-        lambda t, ci, c, y, x: padded[t // rows, t % rows * TILE + y, c * TILE + x, ci],
-        matrices=True,
+    count = batch * rows * cols
+    height, width, channels = (int(dim) for dim in data.shape[1:])
+    top, left = pads
+
+    def pixel(p: tvm.tirx.PrimExpr, y: tvm.tirx.PrimExpr, x: tvm.tirx.PrimExpr, c):
+        n, tile = p // (rows * cols), p % (rows * cols)
+        h = tile // cols * TILE + y - top
+        w = tile % cols * TILE + x - left
+        inside = tvm.tirx.all(h >= 0, h < height, w >= 0, w < width)
+        return tvm.tirx.if_then_else(inside, data[n, h, w, c], tvm.tirx.const(0, data.dtype))
+
+    r = te.reduce_axis((0, ALPHA), name="r")
+    by_rows = te.compute(
+        (ALPHA, ALPHA, count, channels),
+        lambda a, x, p, c: te.sum(bt[a, r] * pixel(p, r, x, c), axis=r),
+        name="by_rows",
+    )
+    s = te.reduce_axis((0, ALPHA), name="s")
+    return te.compute(
+        (ALPHA * ALPHA, count, channels),
+        lambda k, p, c: te.sum(by_rows[k // ALPHA, s, p, c] * bt[k % ALPHA, s], axis=s),
+        name="tiles_in",
     )
 
 
 def _output_transform(
-    products: te.Tensor, shape: tuple[int, int, int], tiles: tuple[int, int, int]
+    products: te.Tensor,
+    at: te.Tensor,
+    shape: tuple[int, int, int],
+    tiles: tuple[int, int, int],
 ) -> te.Tensor:
     """``Y[n, h, w, o] = (A^T M A)[h % m, w % m]`` of the products ``M`` of the tile holding
-    ``(h, w)``: rows first (a pass kept out of the search), then columns, written into the
-    output's place (a pass left to the search, so that the epilogue fused after it may be inlined
-    into it), each along the channels with the coefficients as constants."""
+    ``(h, w)``: rows first, then columns."""
     _, rows, cols = tiles
     count, channels = (int(dim) for dim in products.shape[1:])
-    by_rows = transform_stage(
+    a = te.reduce_axis((0, ALPHA), name="a")
+    by_rows = te.compute(
         (TILE, ALPHA, count, channels),
-        lambda u, b, p, o, j: coefficient(OUTPUT_TRANSFORM, u, j) * products[j * ALPHA + b, p, o],
-        ALPHA,
-        "output_rows",
+        lambda u, b, p, o: te.sum(at[u, a] * products[a * ALPHA + b, p, o], axis=a),
+        name="by_rows",
     )
+    b = te.reduce_axis((0, ALPHA), name="b")
 
-    def by_columns(*index_and_j: tvm.tirx.PrimExpr) -> tvm.tirx.PrimExpr:
-        n, h, w, o, j = index_and_j
-        tile = (n * rows + h // TILE) * cols + w // TILE
-        return coefficient(OUTPUT_TRANSFORM, w % TILE, j) * by_rows[h % TILE, j, tile, o]
+    def tile(n, h, w):
+        return (n * rows + h // TILE) * cols + w // TILE
 
-    return transform_stage((*shape, channels), by_columns, ALPHA, "output_transform", searched=True)
+    return te.compute(
+        (*shape, channels),
+        lambda n, h, w, o: te.sum(by_rows[h % TILE, b, tile(n, h, w), o] * at[w % TILE, b], axis=b),
+        name="tiles_out",
+    )

@@ -99,7 +99,7 @@ def correlate_nchw(x: np.ndarray, w: np.ndarray, stride: int, padding: int) -> n
 
 def zero_pad(
     data: te.Tensor,
-    padding: int | Sequence[int],
+    padding: int,
     axes: Sequence[int],
     dtype: str,
     layout: str,
@@ -107,28 +107,23 @@ def zero_pad(
     sizes: Sequence[int] | None = None,
     attrs: dict[str, object] | None = None,
 ) -> te.Tensor:
-    """``data`` with ``padding`` zeros on each side of ``axes`` (one count for every axis, or one
-    per axis); ``data`` itself when that adds nothing. ``sizes`` (one per axis of ``axes``) extend
-    the padded axes with zeros after the data, to at least its size plus twice ``padding``;
-    ``attrs`` annotate the stage.
+    """``data`` with ``padding`` zeros on each side of ``axes``; ``data`` itself when that adds
+    nothing. ``sizes`` (one per axis of ``axes``) extend the padded axes with zeros after the
+    data, to at least its size plus twice ``padding``; ``attrs`` annotate the stage.
 
     ``layout`` names the axes, one letter each (``"nhwc"``): the names of the loop variables.
     """
     shape = [int(d) for d in data.shape]
-    counts = [padding] * len(axes) if isinstance(padding, int) else list(padding)
-    before = dict(zip(axes, counts, strict=True))
     padded = dict(zip(axes, sizes, strict=True)) if sizes else {}
-    padded_shape = [
-        padded.get(a, d + 2 * before[a]) if a in before else d for a, d in enumerate(shape)
-    ]
+    padded_shape = [padded.get(a, d + 2 * padding) if a in axes else d for a, d in enumerate(shape)]
     if padded_shape == shape:
         return data
 
     def fcompute(*index: tirx.Var) -> tirx.PrimExpr:
         inside = []
-        for axis, count in before.items():
-            inside += [index[axis] >= count, index[axis] < shape[axis] + count]
-        source = [i - before[a] if a in before else i for a, i in enumerate(index)]
+        for axis in axes:
+            inside += [index[axis] >= padding, index[axis] < shape[axis] + padding]
+        source = [i - padding if a in axes else i for a, i in enumerate(index)]
         return tirx.if_then_else(tirx.all(*inside), data[tuple(source)], tirx.const(0, dtype))
 
     return te.compute(padded_shape, fcompute, name="pad", varargs_names=list(layout), attrs=attrs)

@@ -43,7 +43,7 @@ from autosched.workload import Reference, Workload, workload_from_te
 from autosched.workloads._registry import Param, register_workload
 from autosched.workloads.nn import RESNET50_LAYERS, correlate_nchw, output_size, zero_pad
 
-UNSEARCHED = {"schedule_rule": "None"}
+_UNSEARCHED = {"schedule_rule": "None"}
 """The annotation that keeps MetaSchedule's rules off a stage."""
 
 TILE = 4
@@ -105,15 +105,12 @@ def transform_stage(
     name: str,
     *,
     of_weight: bool = False,
-    searched: bool = False,
 ) -> te.Tensor:
     """A pass of 1-d transforms: each element the sum of ``term(*index, j)`` over ``j`` below
     ``length``, written out (no reduction loop), so that the stage is spatial and its innermost
     axis vectorizes. Kept out of the search's rules, which would inline it into its consumer (and
-    so recompute it there) or tile it, unless ``searched`` (a last pass, read once, into which
-    the search may inline the elementwise stages a model fuses after it). A transform
-    ``of_weight`` runs ahead of the timed program where the weight is declared constant
-    (`autosched.weights`)."""
+    so recompute it there) or tile it. A transform ``of_weight`` runs ahead of the timed program
+    where the weight is declared constant (`autosched.weights`)."""
 
     def element(*index: tirx.PrimExpr) -> tirx.PrimExpr:
         total = term(*index, 0)
@@ -121,9 +118,7 @@ def transform_stage(
             total = total + term(*index, j)
         return total
 
-    attrs = {} if searched else dict(UNSEARCHED)
-    if of_weight:
-        attrs[WEIGHT_TRANSFORM] = 1
+    attrs = {**_UNSEARCHED, WEIGHT_TRANSFORM: 1} if of_weight else _UNSEARCHED
     return te.compute(shape, element, name=name, attrs=attrs)
 
 
@@ -165,18 +160,14 @@ def kernel_transform(
 
 
 def input_tiles(
-    extents: dict[str, int], pixel: Callable[..., tirx.PrimExpr], *, matrices: bool = False
-) -> te.Tensor:
+    extents: dict[str, int], pixel: Callable[..., tirx.PrimExpr]
+) -> Callable[..., tirx.PrimExpr]:
     """``V[a, b] = (B^T d B)[a, b]`` of every input tile ``d``, whose pixel at row ``y``, column
     ``x`` of the tile in row ``t`` (of every image) and column ``c`` of tiles, channel ``ci``, is
     ``pixel(t, ci, c, y, x)``: the rows, then the columns, each pass over the axes ``t``, ``ci``
     and ``c`` in the order of their ``extents`` (the last innermost, vectorized). Returns
-    ``V[a, b, ...]``, the tile's axes in that order; with ``matrices`` (the axes ordered ``t``,
-    ``c``, ``ci``), the same elements seen as the batch of matrices that a batch matmul takes,
-    ``V[a * ALPHA + b, t * C + c, ci]`` (``C`` columns of tiles)."""
+    ``V(a, b, ci, t, c)``."""
     order = list(extents)
-    if matrices and order != ["t", "c", "ci"]:
-        raise ValueError(f"a batch of matrices needs the tiles' axes ordered t, c, ci, not {order}")
     shape = (ALPHA, ALPHA, *extents.values())
 
     def by_rows(a: tirx.PrimExpr, x: tirx.PrimExpr, *tile_and_j: tirx.PrimExpr) -> tirx.PrimExpr:
@@ -190,18 +181,15 @@ def input_tiles(
         *tile, j = tile_and_j
         return coefficient(INPUT_TRANSFORM, b, j) * rows[(a, j, *tile)]
 
-    if not matrices:
-        return transform_stage(shape, by_columns, ALPHA, "input_transform")
-    tile_rows, cols, channels = extents.values()
+    transformed = transform_stage(shape, by_columns, ALPHA, "input_transform")
 
-    def of_matrices(
-        k: tirx.PrimExpr, p: tirx.PrimExpr, ci: tirx.PrimExpr, j: tirx.PrimExpr
+    def at(
+        a: tirx.PrimExpr, b: tirx.PrimExpr, ci: tirx.PrimExpr, t: tirx.PrimExpr, c: tirx.PrimExpr
     ) -> tirx.PrimExpr:
-        return by_columns(k // ALPHA, k % ALPHA, p // cols, p % cols, ci, j)
+        place = {"t": t, "ci": ci, "c": c}
+        return transformed[(a, b, *(place[axis] for axis in order))]
 
-    return transform_stage(
-        (ALPHA * ALPHA, tile_rows * cols, channels), of_matrices, ALPHA, "input_transform"
-    )
+    return at
 
 
 def output_tiles(
@@ -220,7 +208,7 @@ def output_tiles(
     )
     # a copy the search may fuse into the products' tiles as their write cache (see above)
     products = te.compute(
-        products.shape, lambda *i: products(*i), name="products_written", attrs=UNSEARCHED
+        products.shape, lambda *i: products(*i), name="products_written", attrs=_UNSEARCHED
     )
     output_rows = transform_stage(
         (TILE, ALPHA, tile_rows, cols, CO),
@@ -276,23 +264,23 @@ def conv2d_nchw_winograd(N: int, H: int, W: int, CI: int, CO: int, padding: int)
     # (the channels between the tiles' rows and columns, so that the vectorized loop of a pass
     # does not fuse them into lanes that divide a row's tiles out of a flat index)
     sizes = (rows * TILE + 2, (cols + 1) * TILE)
-    padded = zero_pad(data, padding, (2, 3), dtype, "nchw", sizes=sizes, attrs=UNSEARCHED)
+    padded = zero_pad(data, padding, (2, 3), dtype, "nchw", sizes=sizes, attrs=_UNSEARCHED)
     split = te.compute(
         (N, CI, rows * TILE + 2, TILE, cols + 1),
         lambda n, ci, h, x, c: padded[n, ci, h, c * TILE + x],
         name="pad_split",
-        attrs=UNSEARCHED,
+        attrs=_UNSEARCHED,
     )
     transformed = input_tiles(
         {"t": N * rows, "ci": CI, "c": cols},
         lambda t, ci, c, y, x: split[t // rows, ci, t % rows * TILE + y, x % TILE, c + x // TILE],
     )
-    tiles = output_tiles(lambda a, b, ci, t, c: transformed[a, b, t, ci, c], kernel, N * rows, cols)
+    tiles = output_tiles(transformed, kernel, N * rows, cols)
     out = te.compute(
         (N, CO, OH, OW),
         lambda n, co, h, w: tiles[h % TILE, w % TILE, n * rows + h // TILE, w // TILE, co],
         name="output",
-        attrs=UNSEARCHED,
+        attrs=_UNSEARCHED,
     )
 
     def reference(inputs: list[np.ndarray]) -> list[np.ndarray]:
@@ -320,17 +308,17 @@ def conv2d_nhwc_winograd(N: int, H: int, W: int, CI: int, CO: int, padding: int)
     # V = B^T d B of each tile: the data padded (the ragged last tiles read zeros too), then rows
     # and columns of tiles, each pass along the channels, contiguous in this layout
     sizes = (rows * TILE + 2, cols * TILE + 2)
-    padded = zero_pad(data, padding, (1, 2), dtype, "nhwc", sizes=sizes, attrs=UNSEARCHED)
+    padded = zero_pad(data, padding, (1, 2), dtype, "nhwc", sizes=sizes, attrs=_UNSEARCHED)
     transformed = input_tiles(
         {"t": N * rows, "c": cols, "ci": CI},
         lambda t, ci, c, y, x: padded[t // rows, t % rows * TILE + y, c * TILE + x, ci],
     )
-    tiles = output_tiles(lambda a, b, ci, t, c: transformed[a, b, t, c, ci], kernel, N * rows, cols)
+    tiles = output_tiles(transformed, kernel, N * rows, cols)
     out = te.compute(
         (N, OH, OW, CO),
         lambda n, h, w, co: tiles[h % TILE, w % TILE, n * rows + h // TILE, w // TILE, co],
         name="output",
-        attrs=UNSEARCHED,
+        attrs=_UNSEARCHED,
     )
 
     def reference(inputs: list[np.ndarray]) -> list[np.ndarray]:

@@ -129,8 +129,9 @@ def zero_pad(
     return te.compute(padded_shape, fcompute, name="pad", varargs_names=list(layout), attrs=attrs)
 
 
-def _conv_flops(N: int, OH: int, OW: int, CO: int, KH: int, KW: int, CI: int) -> int:
-    # One multiply and one add per output element and kernel tap.
+def conv_flops(N: int, OH: int, OW: int, CO: int, KH: int, KW: int, CI: int) -> int:
+    """A direct convolution's FLOPs: one multiply and one add per output element, kernel tap and
+    input channel of its group (``CI``)."""
     return 2 * N * OH * OW * CO * KH * KW * CI
 
 
@@ -185,7 +186,7 @@ def conv2d_nhwc(
         "N": N, "H": H, "W": W, "CI": CI, "CO": CO, "KH": KH, "KW": KW,
         "stride": stride, "padding": padding, "dtype": dtype,
     }  # fmt: skip
-    flops = _conv_flops(N, OH, OW, CO, KH, KW, CI)
+    flops = conv_flops(N, OH, OW, CO, KH, KW, CI)
     return workload_from_te(
         "conv2d_nhwc", params, [data, weight, out], flops=flops, reference=reference
     )
@@ -236,7 +237,7 @@ def conv2d_nchw(
         "N": N, "H": H, "W": W, "CI": CI, "CO": CO, "KH": KH, "KW": KW,
         "stride": stride, "padding": padding, "dtype": dtype,
     }  # fmt: skip
-    flops = _conv_flops(N, OH, OW, CO, KH, KW, CI)
+    flops = conv_flops(N, OH, OW, CO, KH, KW, CI)
     return workload_from_te(
         "conv2d_nchw", params, [data, weight, out], flops=flops, reference=reference
     )
@@ -291,7 +292,7 @@ def depthwise_conv2d(
         "N": N, "H": H, "W": W, "C": C, "KH": KH, "KW": KW, "stride": stride,
         "padding": padding, "dtype": dtype,
     }  # fmt: skip
-    flops = _conv_flops(N, OH, OW, C, KH, KW, 1)
+    flops = conv_flops(N, OH, OW, C, KH, KW, 1)
     return workload_from_te(
         "depthwise_conv2d", params, [data, weight, out], flops=flops, reference=reference
     )

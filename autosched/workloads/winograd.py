@@ -41,7 +41,13 @@ from tvm import te, tirx
 from autosched.weights import WEIGHT_TRANSFORM
 from autosched.workload import Reference, Workload, workload_from_te
 from autosched.workloads._registry import Param, register_workload
-from autosched.workloads.nn import RESNET50_LAYERS, correlate_nchw, output_size, zero_pad
+from autosched.workloads.nn import (
+    RESNET50_LAYERS,
+    conv_flops,
+    correlate_nchw,
+    output_size,
+    zero_pad,
+)
 
 _UNSEARCHED = {"schedule_rule": "None"}
 """The annotation that keeps MetaSchedule's rules off a stage."""
@@ -236,7 +242,7 @@ def _workload(
     compare with the direct convolution's (``nominal_flops``)."""
     OH, OW = pixels
     N, CI, CO = (int(params[key]) for key in ("N", "CI", "CO"))
-    flops = 2 * N * OH * OW * CO * 9 * CI
+    flops = conv_flops(N, OH, OW, CO, 3, 3, CI)
     return workload_from_te(
         name, params, tensors, flops=flops, reference=reference, nominal_flops=True
     )

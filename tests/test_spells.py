@@ -9,12 +9,15 @@ import sys
 import threading
 from collections.abc import Iterator
 
+import numpy as np
 import pytest
+import tvm
 
+from autosched.handoff import handoff
 from autosched.measure import LocalMeasurer, MeasureConfig
 from autosched.measure.spells import CONTROL_EVERY, RETIMES, SLOW_SPELL, SpellWatch
 from autosched.records import BASELINE_TRACE, ErrorKind, MeasureResult
-from autosched.target import host_target
+from autosched.target import host_target, to_tvm_target
 from autosched.workloads import get_workload
 
 
@@ -22,6 +25,10 @@ def _scripted(values: list[float | None]) -> Iterator[float | None]:
     yield from values
     while True:  # quiet from then on
         yield 1.0
+
+
+def _median(result: MeasureResult) -> float | None:
+    return result.median
 
 
 class _Timings:
@@ -43,7 +50,7 @@ def test_candidates_timed_between_quiet_controls_are_timed_once() -> None:
     controls = _scripted([0.5, 1.0, 1.1, 0.95])  # the first control only warms up
     watch = SpellWatch(lambda: next(controls))
     timings = _Timings({i: 1e-3 * (i + 1) for i in range(2 * CONTROL_EVERY)})
-    kept = watch.time(list(timings.base), timings)
+    kept = watch.time(list(timings.base), timings, _median)
     assert timings.calls == list(timings.base)
     assert {i: r.median for i, r in kept.items()} == timings.base
     assert watch.spells == 0
@@ -63,7 +70,7 @@ def test_a_stretch_next_to_a_slow_control_is_timed_again_and_its_quiet_timing_ke
         return secs
 
     watch = SpellWatch(control)
-    kept = watch.time(first + second, timings)
+    kept = watch.time(first + second, timings, _median)
     assert timings.calls == first + second + first + second
     assert {i: r.median for i, r in kept.items()} == timings.base
     assert watch.spells == 2
@@ -80,7 +87,7 @@ def test_a_spell_that_never_ends_keeps_each_candidates_fastest_timing() -> None:
             timings.slow = next(slowdowns)
         return timings(index)
 
-    kept = watch.time([0, 1], slowed)
+    kept = watch.time([0, 1], slowed, _median)
     assert timings.calls == [0, 1, *([0] * RETIMES)]  # a failure is not timed again
     assert kept[0].median == pytest.approx(2e-3)
     assert kept[1].error_kind is ErrorKind.RUN
@@ -90,7 +97,7 @@ def test_a_spell_that_never_ends_keeps_each_candidates_fastest_timing() -> None:
 def test_controls_that_could_not_be_timed_judge_nothing() -> None:
     watch = SpellWatch(lambda: None)
     timings = _Timings({0: 1e-3, 1: 2e-3})
-    kept = watch.time([0, 1], timings)
+    kept = watch.time([0, 1], timings, _median)
     assert timings.calls == [0, 1]
     assert set(kept) == {0, 1}
     assert watch.spells == 0
@@ -128,3 +135,40 @@ def test_a_local_measurer_times_again_what_it_timed_while_every_core_was_taken()
         assert min(r.median for r in slowed if r.median is not None) < 1.5 * fastest_quiet
     finally:
         measurer.close()
+
+
+def test_rounds_timed_with_a_control_after_each_keep_the_quiet_timing_of_a_slowed_round() -> None:
+    # rounds of a final: a control after every round; the second round falls in a spell that
+    # has passed when it is timed again
+    slow = {"now": 1.0}
+    controls = iter([(0.5, 1.0), (1.0, 1.0), (1.0, 2.0), (2.0, 1.0)])
+
+    def control() -> float:
+        secs, slow["now"] = next(controls, (1.0, 1.0))
+        return secs
+
+    calls: list[int] = []
+
+    def time_round(start: int) -> dict[str, float]:
+        calls.append(start)
+        return {"a": 1.0 * slow["now"], "b": 2.0 * slow["now"]}
+
+    watch = SpellWatch(control)
+    kept = watch.time(range(3), time_round, lambda samples: sum(samples.values()), every=1)
+    assert calls == [0, 1, 2, 1, 2]  # the rounds next to the slow control, timed again
+    assert all(kept[start] == {"a": 1.0, "b": 2.0} for start in range(3))
+    assert watch.spells == 2
+
+
+@pytest.mark.slow
+def test_the_handoff_sums_on_each_core_the_slab_its_neighbour_wrote() -> None:
+    cores, floats = 3, 64
+    module = tvm.compile(handoff(cores, floats), target=to_tvm_target(host_target())).jit()
+    seed = np.arange(cores * 16, dtype="float32").reshape(cores, 16)
+    sums = tvm.runtime.tensor(np.zeros((cores, 16), "float32"))
+    module["main"](tvm.runtime.tensor(seed), sums)
+    rows = floats // 16
+    neighbour = np.roll(seed, -1, axis=0)
+    np.testing.assert_allclose(sums.numpy(), rows * neighbour + sum(range(rows)))
+    with pytest.raises(ValueError, match="multiple of 16"):
+        handoff(cores, 40)

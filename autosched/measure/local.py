@@ -71,6 +71,14 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
+def _median(result: MeasureResult) -> float | None:
+    return result.median
+
+
+def _round_secs(samples: dict[str, float]) -> float:
+    return sum(samples.values())
+
+
 def _failure(kind: ErrorKind, message: str, started_at: datetime, **extra: float) -> MeasureResult:
     return MeasureResult(
         error_kind=kind, error_msg=message, started_at=started_at, finished_at=_now(), **extra
@@ -146,7 +154,7 @@ class LocalMeasurer:
         if self._spells is None:
             timed = {index: time_candidate(index) for index in runnable}
         else:
-            timed = self._spells.time(runnable, time_candidate)
+            timed = self._spells.time(runnable, time_candidate, _median)
         results = [
             timed[index] if isinstance(outcome, tuple) else outcome
             for index, outcome in enumerate(built)
@@ -191,8 +199,9 @@ class LocalMeasurer:
     ) -> list[list[float]]:
         """Time the candidates of ``traces`` again, side by side: ``rounds`` rounds, each timing
         every candidate once, starting one further along than the round before, so a slow spell
-        of the machine falls on all of them alike. Returns each candidate's samples; a candidate
-        that no longer builds gets none.
+        of the machine falls on all of them alike; on a CPU, a round timed in a slow spell is
+        timed again (``autosched.measure.spells``). Returns each candidate's samples, a round's
+        at a time; a candidate that no longer builds gets none.
 
         Raises:
             RequestFailed, ChildTimeout, ChildDied: a round of timing failed.
@@ -209,16 +218,22 @@ class LocalMeasurer:
                     artifacts[trace] = self._artifacts[workload.key, trace]
         usable = [trace for trace in dict.fromkeys(traces) if trace in artifacts]
         candidates = {trace: (path, self._builds[path].args) for trace, path in artifacts.items()}
-        samples: dict[str, list[float]] = {trace: [] for trace in usable}
         timeout = self._config.run_timeout_secs * math.ceil(len(usable) / self._config.repeat)
-        for start in range(rounds if usable else 0):
+
+        def time_round(start: int) -> dict[str, float]:
             self._check_cancel()
             order = usable[start % len(usable) :] + usable[: start % len(usable)]
             request = RoundRequest(
                 workload, tuple(candidates[trace] for trace in order), self._target, self._config
             )
-            for trace, sample in zip(order, self._runner.call(request, timeout), strict=True):
-                samples[trace].append(sample)
+            return dict(zip(order, self._runner.call(request, timeout), strict=True))
+
+        starts = range(rounds if usable else 0)
+        if self._spells is None:
+            timed = {start: time_round(start) for start in starts}
+        else:
+            timed = self._spells.time(starts, time_round, _round_secs, every=1)
+        samples = {trace: [timed[start][trace] for start in starts] for trace in usable}
         return [samples.get(trace, []) for trace in traces]
 
     def _keep_fastest(

@@ -3,17 +3,19 @@ its speed, and how a measurer keeps them out of its timings.
 
 On the small virtual machines we tune on, the same program can time 1.55 ms and then 3.40 ms a few
 minutes later, its samples at 1x and 2x and nothing between, as when the host takes one of two
-virtual CPUs away; a spell lasts seconds, longer than a candidate's timing, so its repeats do not
-save it. A good program timed in a spell ranks as a bad one, and the search never returns to it.
+virtual CPUs away, or places them on cores that share no cache (``autosched.handoff``); a spell
+lasts seconds to minutes, longer than a candidate's timing, so its repeats do not save it. A good
+program timed in a spell ranks as a bad one, and the search never returns to it.
 
-So a CPU measurer times a control between every ``CONTROL_EVERY`` candidates: a fixed amount of
-parallel work on every core (the calibration's FMA loop, ``autosched.fmaloop``). The
+So a CPU measurer times a control between every ``CONTROL_EVERY`` candidates (and between the
+rounds of a final): a fixed amount of parallel work on every core (the calibration's FMA loop,
+``autosched.fmaloop``), then data handed from each core to the next (``autosched.handoff``). The
 fastest control of the measurer's life is the machine at its quiet speed; a control slower than
-``SLOW_SPELL`` times that marks the candidates timed next to it as timed in a spell, and they are
-timed again (at most ``RETIMES`` more times), keeping for each the timing between quiet controls,
-else its fastest (a spell only ever slows a program down). A spell that lasts from the measurer's
-first control onwards cannot be told from the machine's own speed, and the control, arithmetic
-alone, does not see contention for the caches and memory.
+``SLOW_SPELL`` times that marks what was timed next to it as timed in a spell, and it is timed
+again (at most ``RETIMES`` more times), keeping for each the timing between quiet controls, else
+its fastest (a spell only ever slows a program down). A spell that lasts from the measurer's
+first control onwards cannot be told from the machine's own speed, and the control does not see
+contention for the shared cache and memory.
 """
 
 from __future__ import annotations
@@ -22,42 +24,51 @@ import logging
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 import tvm
 
 from autosched.fmaloop import built_fma_loop
-from autosched.records import MeasureResult
+from autosched.handoff import built_handoff
 
 CONTROL_EVERY = 4  # candidates timed between two controls
 SLOW_SPELL = 1.25  # a control this many times slower than the quiet one marks a spell
 RETIMES = 2  # further timings of a candidate timed in a spell, at most
 _CONTROL_STEPS = 20_000  # FMAs per chain of one call of the control: tens of microseconds
-_CONTROL_MS = 20  # one timing of the control lasts at least this long
+_CONTROL_MS = 10  # each of the control's two timings lasts at least this long
 
 _LOG = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
 class ControlRequest:
-    """Time the control once in a measuring process (compiled there on first use): one repeat of
-    at least ``_CONTROL_MS``, after a warm-up call. Returns the seconds of one call."""
+    """Time the control once in a measuring process (compiled there on first use): the FMA loop
+    and the handoff, each one repeat of at least ``_CONTROL_MS`` after a warm-up call. Returns
+    the seconds of one call of each, summed."""
 
     target: dict
 
     def execute(self) -> float:
-        module, out = built_fma_loop(self.target, _CONTROL_STEPS)
-        module["main"](out)
-        timer = module.time_evaluator(
-            "main", tvm.cpu(), number=1, repeat=1, min_repeat_ms=_CONTROL_MS
-        )
-        return float(timer(out).mean)
+        fma_loop, out = built_fma_loop(self.target, _CONTROL_STEPS)
+        handoff, args = built_handoff(self.target)
+        return _call_secs(fma_loop, [out]) + _call_secs(handoff, args)
+
+
+def _call_secs(module: tvm.runtime.Module, args: Sequence[tvm.runtime.Tensor]) -> float:
+    module["main"](*args)
+    timer = module.time_evaluator("main", tvm.cpu(), number=1, repeat=1, min_repeat_ms=_CONTROL_MS)
+    return float(timer(*args).mean)
+
+
+Timed = TypeVar("Timed")
 
 
 class SpellWatch:
-    """Times candidates between controls and times again those a spell slowed down.
+    """Times things (candidates, rounds of a final) between controls and times again those a
+    spell slowed down.
 
     ``time_control`` times the control once (seconds; None where it could not be timed, which
-    judges nothing). ``spells`` counts the stretches of candidates found timed in a spell.
+    judges nothing). ``spells`` counts the stretches found timed in a spell.
     """
 
     def __init__(self, time_control: Callable[[], float | None]) -> None:
@@ -66,11 +77,16 @@ class SpellWatch:
         self.spells = 0
 
     def time(
-        self, indices: Sequence[int], time_candidate: Callable[[int], MeasureResult]
-    ) -> dict[int, MeasureResult]:
-        """The timing of each candidate of ``indices`` (``time_candidate(index)``), controls
-        between every ``CONTROL_EVERY``; those timed next to a slow control are timed again."""
-        kept: dict[int, MeasureResult] = {}
+        self,
+        indices: Sequence[int],
+        time_one: Callable[[int], Timed],
+        secs: Callable[[Timed], float | None],
+        every: int = CONTROL_EVERY,
+    ) -> dict[int, Timed]:
+        """The timing of each of ``indices`` (``time_one(index)``), a control between every
+        ``every``; those timed next to a slow control are timed again. ``secs`` reads how long
+        a timing took (None for a failure, never timed again)."""
+        kept: dict[int, Timed] = {}
         pending = list(indices)
         if pending and self.quiet == math.inf:
             self._time_control()  # a fresh timing process runs its first control slow: a warm-up
@@ -79,21 +95,22 @@ class SpellWatch:
                 break
             slowed: list[int] = []
             before = self._control()
-            for start in range(0, len(pending), CONTROL_EVERY):
-                stretch = pending[start : start + CONTROL_EVERY]
-                timed = {index: time_candidate(index) for index in stretch}
+            for start in range(0, len(pending), every):
+                stretch = pending[start : start + every]
+                timed = {index: time_one(index) for index in stretch}
                 after = self._control()
                 in_spell = self._slow(before) or self._slow(after)
-                for index, result in timed.items():
-                    if not in_spell or _faster(result, kept.get(index)):
-                        kept[index] = result
-                    if in_spell and result.ok:
+                for index, timing in timed.items():
+                    earlier = kept.get(index)
+                    if not in_spell or earlier is None or _faster(secs(timing), secs(earlier)):
+                        kept[index] = timing
+                    if in_spell and secs(timing) is not None:
                         slowed.append(index)
                 if in_spell:
                     self.spells += 1
-                    slowest = max(secs for secs in (before, after) if secs is not None)
+                    slowest = max(control for control in (before, after) if control is not None)
                     _LOG.info(
-                        "%d candidates were timed while the machine ran %.2fx slower than its "
+                        "%d timings were taken while the machine ran %.2fx slower than its "
                         "quiet speed",
                         len(stretch),
                         slowest / self.quiet,
@@ -112,9 +129,7 @@ class SpellWatch:
         return secs is not None and secs > SLOW_SPELL * self.quiet
 
 
-def _faster(result: MeasureResult, than: MeasureResult | None) -> bool:
-    """Whether ``result`` should replace ``than`` as a candidate's timing from a spell: the first
-    timing, or a faster successful one."""
-    if than is None or than.median is None:
-        return True
-    return result.median is not None and result.median < than.median
+def _faster(secs: float | None, than: float | None) -> bool:
+    """Whether a timing of ``secs`` should replace one of ``than`` from a spell: a faster
+    successful one, or any in place of a failure."""
+    return than is None or (secs is not None and secs < than)

@@ -1,0 +1,73 @@
+"""The handoff: data that each core writes and the next core reads, timed as a probe of how far
+apart the host has placed this machine's cores.
+
+On the small virtual machines we tune on, the host moves the virtual CPUs between its physical
+cores as it likes. On one Zen 4 host a core-to-core round trip took 60 ns for stretches of
+seconds to minutes and 350 ns for others (the two virtual CPUs on cores that share no cache); in
+the far placement a Winograd convolution, whose parallel stages hand 8 MB between the cores,
+took 2.5x as long, while the FMA loop (arithmetic alone) and one core's streams through the
+caches kept their speed. The handoff sees it: each core writes a slab that fits its own cache,
+then each sums the slab its neighbour wrote, so every byte of the second pass crosses from one
+core to another (on that host 36 us a call near, 132 us far).
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import tvm
+from tvm.script import tirx as T
+
+from autosched.fmaloop import fma_loop_shape
+from autosched.target import to_tvm_target
+
+SLAB_FLOATS = 1 << 16
+"""Floats each core writes and its neighbour reads: 256 KB, within any core's own cache."""
+_LANES = 16
+
+
+def handoff(cores: int, floats: int = SLAB_FLOATS) -> tvm.IRModule:
+    """The handoff of ``floats`` float32 a core on ``cores`` cores: ``main(seed, sums)`` writes
+    slab ``c`` from ``seed[c]`` on core ``c``, then on core ``c`` sums slab ``(c + 1) % cores``
+    into ``sums[c]``; both arguments have shape (cores, 16)."""
+    if floats % _LANES:
+        raise ValueError(f"a slab holds a multiple of {_LANES} floats")
+    rows = floats // _LANES
+
+    shape = (cores, _LANES)
+
+    @T.prim_func
+    def main(seed: T.Buffer(shape, "float32"), sums: T.Buffer(shape, "float32")):
+        slabs = T.alloc_buffer((cores, rows, _LANES), "float32")
+        for core in T.parallel(cores):
+            for row in range(rows):
+                for lane in T.vectorized(_LANES):
+                    slabs[core, row, lane] = seed[core, lane] + T.Cast("float32", row)
+        for core in T.parallel(cores):
+            acc = T.decl_buffer((_LANES,), "float32", scope="local")
+            for lane in T.vectorized(_LANES):
+                acc[lane] = T.float32(0)
+            for row in range(rows):
+                for lane in T.vectorized(_LANES):
+                    acc[lane] = acc[lane] + slabs[(core + 1) % cores, row, lane]
+            for lane in T.vectorized(_LANES):
+                sums[core, lane] = acc[lane]
+
+    return tvm.IRModule({"main": main})
+
+
+# per process: the handoffs built here, by target (its JSON), with their arguments
+_built: dict[str, tuple[tvm.runtime.Module, list[tvm.runtime.Tensor]]] = {}
+
+
+def built_handoff(target: dict) -> tuple[tvm.runtime.Module, list[tvm.runtime.Tensor]]:
+    """``target``'s handoff across its cores, built for this process on first use, and its
+    arguments."""
+    key = json.dumps(target, sort_keys=True)
+    if key not in _built:
+        cores, _lanes = fma_loop_shape(target)
+        module = tvm.compile(handoff(cores), target=to_tvm_target(target)).jit()
+        args = [tvm.runtime.tensor(np.zeros((cores, _LANES), "float32")) for _ in range(2)]
+        _built[key] = module, args
+    return _built[key]

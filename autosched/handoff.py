@@ -71,3 +71,14 @@ def built_handoff(target: dict) -> tuple[tvm.runtime.Module, list[tvm.runtime.Te
         args = [tvm.runtime.tensor(np.zeros((cores, _LANES), "float32")) for _ in range(2)]
         _built[key] = module, args
     return _built[key]
+
+
+def handoff_secs(target: dict, min_repeat_ms: int = 10) -> float:
+    """Seconds of one call of ``target``'s handoff in this process, from one repeat of at least
+    ``min_repeat_ms`` after a warm-up call."""
+    module, args = built_handoff(target)
+    module["main"](*args)
+    timer = module.time_evaluator(
+        "main", tvm.cpu(), number=1, repeat=1, min_repeat_ms=min_repeat_ms
+    )
+    return float(timer(*args).mean)

@@ -25,7 +25,7 @@ CONTENDERS = {
 ROW_FIELDS = {
     "model", "summary", "cpu", "threads", "trials", "autosched_trials", "tasks", "latency",
     "autosched_speedup", "autosched_tune_secs", "stock_tune_secs", "max_abs_error",
-    "estimated_us", "slowest_task", "slowest_task_us",
+    "estimated_us", "slowest_task", "slowest_task_us", "handoff_us",
 }  # fmt: skip
 
 
@@ -53,7 +53,12 @@ def test_a_tiny_run_reports_every_contender_of_the_mlp(tmp_path: Path) -> None:
     for name, latency in row["latency"].items():
         assert latency["note"] is None, (name, latency["note"])
         assert 0 < latency["min_us"] <= latency["median_us"] <= latency["max_us"], name
-        assert latency["repeats"] >= 5
+        assert latency["repeats"] >= 5 and len(latency["samples_us"]) == latency["repeats"]
+        assert min(latency["samples_us"]) == latency["min_us"]
+    # every contender timed in the same rounds, the cores' handoff timed after each
+    assert len({latency["repeats"] for latency in row["latency"].values()}) == 1
+    assert len(row["handoff_us"]) == row["latency"]["autosched"]["repeats"]
+    assert all(us > 0 for us in row["handoff_us"])
     ours = row["latency"]["autosched"]["median_us"]
     assert set(row["autosched_speedup"]) == CONTENDERS - {"autosched"}
     assert row["autosched_speedup"].pop("tvm_metaschedule") is None

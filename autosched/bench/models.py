@@ -34,7 +34,8 @@ from tvm import relax
 
 from autosched.bench import plotting as plots
 from autosched.bench.model_zoo import ZooModel, torch
-from autosched.bench.timing import Timing, time_repeats
+from autosched.bench.timing import Timing, time_side_by_side
+from autosched.handoff import handoff_secs
 from autosched.log import TuningLog
 from autosched.measure import LocalMeasurer
 from autosched.model.compile import (
@@ -53,7 +54,8 @@ from autosched.torch_guard import torch_free_environment
 from autosched.workload import mismatch
 
 MODEL_REPEATS = 10
-"""Timed repeats per contender and model (each at least 50 ms, after a warm-up)."""
+"""Rounds of timing per model, each one repeat of every contender (at least 50 ms, after a
+warm-up), with the handoff (``autosched.handoff``) timed after each."""
 
 
 class Contender(str, Enum):
@@ -99,6 +101,7 @@ class Latency:
             "min_us": None if timing is None else timing.min_secs * 1e6,
             "max_us": None if timing is None else timing.max_secs * 1e6,
             "repeats": None if timing is None else timing.repeats,
+            "samples_us": None if timing is None else [secs * 1e6 for secs in timing.samples],
             "note": self.note,
         }
 
@@ -124,6 +127,7 @@ class ModelRow:
     estimated_us: float
     slowest_task: str | None
     slowest_task_us: float | None
+    handoff_us: tuple[float, ...] = ()
 
     def latency(self, contender: Contender) -> Latency:
         return next(latency for latency in self.latencies if latency.contender is contender)
@@ -158,6 +162,7 @@ class ModelRow:
             "estimated_us": self.estimated_us,
             "slowest_task": self.slowest_task,
             "slowest_task_us": self.slowest_task_us,
+            "handoff_us": list(self.handoff_us),
         }
 
 
@@ -278,11 +283,16 @@ class _ModelBench:
             Contender.TORCH_COMPILE: self._torch_compile(),
             Contender.ONNXRUNTIME: self._onnxruntime(),
         }
-        latencies = []
-        for contender, (inference, note) in inferences.items():
-            self._step(f"timing {contender.label}")
-            timing = None if inference is None else time_repeats(inference, MODEL_REPEATS)
-            latencies.append(Latency(contender, timing, note))
+        self._step("timing every contender side by side")
+        timings, handoffs = time_side_by_side(
+            {name: run for name, (run, _note) in inferences.items() if run is not None},
+            MODEL_REPEATS,
+            between=lambda: handoff_secs(self.target),
+        )
+        latencies = [
+            Latency(contender, timings.get(contender), note)
+            for contender, (_run, note) in inferences.items()
+        ]
         slowest = max(report.estimated, key=_weighted_secs, default=None)
         return ModelRow(
             model=self.zoo_model.name,
@@ -299,6 +309,7 @@ class _ModelBench:
             estimated_us=report.tuned_secs * 1e6,
             slowest_task=None if slowest is None else slowest.name,
             slowest_task_us=None if slowest is None else _weighted_secs(slowest) * 1e6,
+            handoff_us=tuple(secs * 1e6 for secs in handoffs),
         )
 
     def _step(self, what: str) -> None:

@@ -3,15 +3,18 @@ framework): one protocol for every contender of a run, timed in this process.
 
 After one warm-up call (and one more that sizes the repeats), ``repeats`` repeats of at least
 50 ms each, as many calls as that takes; a repeat's sample is the mean of its calls. The median
-sample is the figure, the smallest and largest its spread.
+sample is the figure, the smallest and largest its spread. Contenders compared in one table are
+timed side by side: in rounds of one repeat of each, so a change in the machine's speed in the
+middle of the run (``autosched.measure.spells``) falls on all of them alike.
 """
 
 from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
+from typing import TypeVar
 
 PEER_REPEATS = 5
 MIN_REPEAT_SECS = 0.05
@@ -19,28 +22,67 @@ MIN_REPEAT_SECS = 0.05
 
 @dataclass(frozen=True)
 class Timing:
-    """Seconds per call: the median of the repeats' samples and their range."""
+    """Seconds per call: the median of the repeats' samples and their range, and the samples in
+    the order they were taken."""
 
     median_secs: float
     min_secs: float
     max_secs: float
     repeats: int
+    samples: tuple[float, ...] = ()
+
+    @staticmethod
+    def of(samples: list[float]) -> Timing:
+        return Timing(
+            statistics.median(samples), min(samples), max(samples), len(samples), tuple(samples)
+        )
+
+
+Contender = TypeVar("Contender", bound=Hashable)
 
 
 def time_repeats(call: Callable[[], object], repeats: int = PEER_REPEATS) -> Timing:
     """Time ``call`` by the protocol of this module."""
+    number = _calls_per_repeat(call)
+    return Timing.of([_repeat(call, number) for _ in range(repeats)])
+
+
+def time_side_by_side(
+    calls: Mapping[Contender, Callable[[], object]],
+    rounds: int = PEER_REPEATS,
+    between: Callable[[], float] | None = None,
+) -> tuple[dict[Contender, Timing], list[float]]:
+    """Time each of ``calls`` by the protocol of this module, side by side: ``rounds`` rounds of
+    one repeat of each, each round starting one further along than the one before. ``between``,
+    called after each round, probes the machine (``autosched.handoff.handoff_secs``, say);
+    returns the timings and what the probe returned, a number a round."""
+    numbers = {name: _calls_per_repeat(call) for name, call in calls.items()}
+    names = list(calls)
+    samples: dict[Contender, list[float]] = {name: [] for name in names}
+    probes = []
+    for start in range(rounds if names else 0):
+        for name in names[start % len(names) :] + names[: start % len(names)]:
+            samples[name].append(_repeat(calls[name], numbers[name]))
+        if between is not None:
+            probes.append(between())
+    return {name: Timing.of(samples[name]) for name in names}, probes
+
+
+def _calls_per_repeat(call: Callable[[], object]) -> int:
+    """Calls of ``call`` that last ``MIN_REPEAT_SECS``, after a warm-up call."""
     call()
     start = time.perf_counter()
     call()
     once = max(time.perf_counter() - start, 1e-9)
-    number = max(1, int(MIN_REPEAT_SECS / once))
-    samples = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        for _ in range(number):
-            call()
-        samples.append((time.perf_counter() - start) / number)
-    return Timing(statistics.median(samples), min(samples), max(samples), repeats)
+    return max(1, int(MIN_REPEAT_SECS / once))
+
+
+def _repeat(call: Callable[[], object], number: int) -> float:
+    """Seconds per call of one repeat of ``number`` calls."""
+    start = time.perf_counter()
+    for _ in range(number):
+        call()
+    return (time.perf_counter() - start) / number
 
 
 def time_call(call: Callable[[], object]) -> float:

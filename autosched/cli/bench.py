@@ -344,3 +344,11 @@ def _print_model_row(row: ModelRow) -> None:
         highlight=False,
         soft_wrap=True,
     )
+    if row.handoff_us:
+        _out.print(
+            f"timed in {len(row.handoff_us)} rounds side by side; the cores handed data over in "
+            f"{min(row.handoff_us):.1f} to {max(row.handoff_us):.1f} us a round "
+            "(autosched.handoff: a slower handoff, cores placed further apart)",
+            highlight=False,
+            soft_wrap=True,
+        )

@@ -29,7 +29,7 @@ from typing import TypeVar
 import tvm
 
 from autosched.fmaloop import built_fma_loop
-from autosched.handoff import built_handoff
+from autosched.handoff import handoff_secs
 
 CONTROL_EVERY = 4  # candidates timed between two controls
 SLOW_SPELL = 1.25  # a control this many times slower than the quiet one marks a spell
@@ -49,15 +49,12 @@ class ControlRequest:
     target: dict
 
     def execute(self) -> float:
-        fma_loop, out = built_fma_loop(self.target, _CONTROL_STEPS)
-        handoff, args = built_handoff(self.target)
-        return _call_secs(fma_loop, [out]) + _call_secs(handoff, args)
-
-
-def _call_secs(module: tvm.runtime.Module, args: Sequence[tvm.runtime.Tensor]) -> float:
-    module["main"](*args)
-    timer = module.time_evaluator("main", tvm.cpu(), number=1, repeat=1, min_repeat_ms=_CONTROL_MS)
-    return float(timer(*args).mean)
+        module, out = built_fma_loop(self.target, _CONTROL_STEPS)
+        module["main"](out)
+        timer = module.time_evaluator(
+            "main", tvm.cpu(), number=1, repeat=1, min_repeat_ms=_CONTROL_MS
+        )
+        return float(timer(out).mean) + handoff_secs(self.target, _CONTROL_MS)
 
 
 Timed = TypeVar("Timed")

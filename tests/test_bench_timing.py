@@ -1,0 +1,50 @@
+"""The benchmarks' timing protocol: contenders timed side by side share every round, in an order
+that rotates, so a change of the machine's speed in the middle of a run falls on all alike."""
+
+from __future__ import annotations
+
+import time
+
+from autosched.bench.timing import time_side_by_side
+
+
+class _Clock:
+    """Calls that record their order, and run ``slowdown`` times longer once it is raised."""
+
+    def __init__(self) -> None:
+        self.order: list[str] = []
+        self.slowdown = 1.0
+
+    def call(self, name: str, secs: float):
+        def run() -> None:
+            self.order.append(name)
+            time.sleep(secs * self.slowdown)
+
+        return run
+
+
+def test_each_round_times_every_contender_once_starting_one_further_along() -> None:
+    clock = _Clock()
+    calls = {"a": clock.call("a", 0.05), "b": clock.call("b", 0.07)}
+    probes = iter([1.0, 2.0, 3.0])
+    timings, probed = time_side_by_side(calls, rounds=3, between=lambda: next(probes))
+    # after each one's warm-up call and the call that sizes its repeats (one call, 50 ms or more)
+    assert clock.order[4:] == ["a", "b", "b", "a", "a", "b"]
+    assert probed == [1.0, 2.0, 3.0]
+    assert {name: timing.repeats for name, timing in timings.items()} == {"a": 3, "b": 3}
+    assert 0.05 <= timings["a"].min_secs <= timings["a"].median_secs < timings["b"].median_secs
+
+
+def test_a_slowdown_in_the_middle_of_the_run_falls_on_every_contender() -> None:
+    clock = _Clock()
+    calls = {"a": clock.call("a", 0.02), "b": clock.call("b", 0.02)}
+    rounds = iter(range(4))
+
+    def slow_down_after_the_second_round() -> float:
+        clock.slowdown = 3.0 if next(rounds) >= 1 else 1.0
+        return 0.0
+
+    timings, _ = time_side_by_side(calls, rounds=4, between=slow_down_after_the_second_round)
+    for timing in timings.values():
+        assert timing.samples[0] < 0.04 and timing.samples[1] < 0.04
+        assert min(timing.samples[2:]) > 0.05

@@ -13,49 +13,25 @@ figures of `benchmarks/README.md`.
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 
 import tvm
+from kernel_stages import logged_best
 
-from autosched.bench.models import cpu_name, use_threads
+from autosched.bench.models import cpu_name
 from autosched.bench.timing import time_side_by_side
 from autosched.fmaloop import built_fma_loop
 from autosched.handoff import built_handoff
-from autosched.log import TuningLog
-from autosched.measure.program import timed_program
-from autosched.schedule import apply_trace
-from autosched.target import canonical_target, host_target, target_key, to_tvm_target
+from autosched.target import to_tvm_target
 from autosched.workload import buffer_args, random_arrays
-from autosched.workloads import get_workload, parse_param_overrides
 
 FAR = 2.0
 _FMA_STEPS = 20_000
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("workload")
-    parser.add_argument("-p", "--param", action="append", default=[])
-    parser.add_argument("--db", required=True)
-    parser.add_argument("--rounds", type=int, default=40)
-    parser.add_argument("--json", action="store_true")
-    args = parser.parse_args()
-    target = host_target()
-    use_threads(target["num-cores"])
-    workload = get_workload(args.workload, parse_param_overrides(args.param))
-    with TuningLog(args.db) as log:
-        stored = log.find_workload(workload.key)
-        stored_target = log.find_target(target_key(canonical_target(target)))
-        best = (
-            None
-            if stored is None or stored_target is None
-            else log.best(stored.id, stored_target.id)
-        )
-    if best is None:
-        parser.exit(2, f"{args.db} holds no verified schedule of {workload.name} on this CPU\n")
-    mod = timed_program(apply_trace(workload.mod, best.trace_json).mod)
+    args, target, workload, mod, _best = logged_best(rounds=40)
     program = tvm.compile(mod, target=to_tvm_target(target)).jit()
     tensors = [
         tvm.runtime.tensor(array)

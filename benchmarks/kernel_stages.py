@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 from collections.abc import Callable
 
 import tvm
@@ -26,6 +27,7 @@ from autosched.bench.models import cpu_name, use_threads
 from autosched.bench.timing import time_repeats
 from autosched.log import TuningLog
 from autosched.measure.program import timed_program
+from autosched.records import RecordView
 from autosched.schedule import apply_trace, loop_nests, with_nests
 from autosched.target import canonical_target, host_target, target_key, to_tvm_target
 from autosched.workload import Workload, buffer_args, random_arrays, random_inputs
@@ -67,12 +69,16 @@ def time_program(mod: IRModule, target: dict) -> float:
     return statistics.median(timer(*tensors).results) * 1e6
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def logged_best(rounds: int) -> tuple[argparse.Namespace, dict, Workload, IRModule, RecordView]:
+    """The command line of a benchmark that times a workload's best program in a log (its
+    ``--rounds`` default ``rounds``), the host target with TVM on its cores, the workload, its
+    best program as its candidates are timed and that record; exits with code 2 where the log
+    holds none."""
+    parser = argparse.ArgumentParser(description=sys.modules["__main__"].__doc__.splitlines()[0])
     parser.add_argument("workload")
     parser.add_argument("-p", "--param", action="append", default=[])
     parser.add_argument("--db", required=True)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=rounds)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     target = host_target()
@@ -89,6 +95,11 @@ def main() -> None:
     if best is None:
         parser.exit(2, f"{args.db} holds no verified schedule of {workload.name} on this CPU\n")
     mod = timed_program(apply_trace(workload.mod, best.trace_json).mod)
+    return args, target, workload, mod, best
+
+
+def main() -> None:
+    args, target, workload, mod, best = logged_best(rounds=3)
     parts = stage_programs(mod)
     peers = peer_calls(workload) if has_peer(workload.name) else {}
     rounds: dict[str, list[float]] = {

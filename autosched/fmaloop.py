@@ -83,6 +83,18 @@ def built_fma_loop(target: dict, steps: int) -> tuple[tvm.runtime.Module, tvm.ru
     return _built[key]
 
 
+def call_secs(
+    module: tvm.runtime.Module, args: list[tvm.runtime.Tensor], min_repeat_ms: int
+) -> float:
+    """Seconds of one call of ``module``'s ``main`` on ``args``, from one repeat of at least
+    ``min_repeat_ms`` after a warm-up call: how the measurer's control times its programs."""
+    module["main"](*args)
+    timer = module.time_evaluator(
+        "main", tvm.cpu(), number=1, repeat=1, min_repeat_ms=min_repeat_ms
+    )
+    return float(timer(*args).mean)
+
+
 @dataclass(frozen=True)
 class FmaRate:
     """The FMA loop's rate, and the CPU time the process that measured it took to do so."""

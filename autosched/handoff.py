@@ -19,7 +19,7 @@ import numpy as np
 import tvm
 from tvm.script import tirx as T
 
-from autosched.fmaloop import fma_loop_shape
+from autosched.fmaloop import call_secs, fma_loop_shape
 from autosched.target import to_tvm_target
 
 SLAB_FLOATS = 1 << 16
@@ -34,7 +34,6 @@ def handoff(cores: int, floats: int = SLAB_FLOATS) -> tvm.IRModule:
     if floats % _LANES:
         raise ValueError(f"a slab holds a multiple of {_LANES} floats")
     rows = floats // _LANES
-
     shape = (cores, _LANES)
 
     @T.prim_func
@@ -76,9 +75,4 @@ def built_handoff(target: dict) -> tuple[tvm.runtime.Module, list[tvm.runtime.Te
 def handoff_secs(target: dict, min_repeat_ms: int = 10) -> float:
     """Seconds of one call of ``target``'s handoff in this process, from one repeat of at least
     ``min_repeat_ms`` after a warm-up call."""
-    module, args = built_handoff(target)
-    module["main"](*args)
-    timer = module.time_evaluator(
-        "main", tvm.cpu(), number=1, repeat=1, min_repeat_ms=min_repeat_ms
-    )
-    return float(timer(*args).mean)
+    return call_secs(*built_handoff(target), min_repeat_ms)

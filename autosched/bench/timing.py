@@ -22,20 +22,26 @@ MIN_REPEAT_SECS = 0.05
 
 @dataclass(frozen=True)
 class Timing:
-    """Seconds per call: the median of the repeats' samples and their range, and the samples in
-    the order they were taken."""
+    """Seconds per call: the repeats' samples in the order they were taken; their median is the
+    figure, the smallest and largest their spread."""
 
-    median_secs: float
-    min_secs: float
-    max_secs: float
-    repeats: int
-    samples: tuple[float, ...] = ()
+    samples: tuple[float, ...]
 
-    @staticmethod
-    def of(samples: list[float]) -> Timing:
-        return Timing(
-            statistics.median(samples), min(samples), max(samples), len(samples), tuple(samples)
-        )
+    @property
+    def median_secs(self) -> float:
+        return statistics.median(self.samples)
+
+    @property
+    def min_secs(self) -> float:
+        return min(self.samples)
+
+    @property
+    def max_secs(self) -> float:
+        return max(self.samples)
+
+    @property
+    def repeats(self) -> int:
+        return len(self.samples)
 
 
 Contender = TypeVar("Contender", bound=Hashable)
@@ -44,7 +50,7 @@ Contender = TypeVar("Contender", bound=Hashable)
 def time_repeats(call: Callable[[], object], repeats: int = PEER_REPEATS) -> Timing:
     """Time ``call`` by the protocol of this module."""
     number = _calls_per_repeat(call)
-    return Timing.of([_repeat(call, number) for _ in range(repeats)])
+    return Timing(tuple(_repeat(call, number) for _ in range(repeats)))
 
 
 def time_side_by_side(
@@ -65,7 +71,7 @@ def time_side_by_side(
             samples[name].append(_repeat(calls[name], numbers[name]))
         if between is not None:
             probes.append(between())
-    return {name: Timing.of(samples[name]) for name in names}, probes
+    return {name: Timing(tuple(samples[name])) for name in names}, probes
 
 
 def _calls_per_repeat(call: Callable[[], object]) -> int:

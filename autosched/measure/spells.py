@@ -26,9 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
-import tvm
-
-from autosched.fmaloop import built_fma_loop
+from autosched.fmaloop import built_fma_loop, call_secs
 from autosched.handoff import handoff_secs
 
 CONTROL_EVERY = 4  # candidates timed between two controls
@@ -50,11 +48,7 @@ class ControlRequest:
 
     def execute(self) -> float:
         module, out = built_fma_loop(self.target, _CONTROL_STEPS)
-        module["main"](out)
-        timer = module.time_evaluator(
-            "main", tvm.cpu(), number=1, repeat=1, min_repeat_ms=_CONTROL_MS
-        )
-        return float(timer(out).mean) + handoff_secs(self.target, _CONTROL_MS)
+        return call_secs(module, [out], _CONTROL_MS) + handoff_secs(self.target, _CONTROL_MS)
 
 
 Timed = TypeVar("Timed")

@@ -8,12 +8,15 @@ the far placement a Winograd convolution, whose parallel stages hand 8 MB betwee
 took 2.5x as long, while the FMA loop (arithmetic alone) and one core's streams through the
 caches kept their speed. The handoff sees it: each core writes a slab that fits its own cache,
 then each sums the slab its neighbour wrote, so every byte of the second pass crosses from one
-core to another (on that host 36 us a call near, 132 us far).
+core to another (on that host 36 us a call near, 132 us far). Beside the same work with each
+core reading back its own slab (the own read, which no placement slows), it tells the placement
+without a reading to compare with: `placement`.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 
 import numpy as np
 import tvm
@@ -27,10 +30,11 @@ SLAB_FLOATS = 1 << 16
 _LANES = 16
 
 
-def handoff(cores: int, floats: int = SLAB_FLOATS) -> tvm.IRModule:
+def handoff(cores: int, floats: int = SLAB_FLOATS, offset: int = 1) -> tvm.IRModule:
     """The handoff of ``floats`` float32 a core on ``cores`` cores: ``main(seed, sums)`` writes
-    slab ``c`` from ``seed[c]`` on core ``c``, then on core ``c`` sums slab ``(c + 1) % cores``
-    into ``sums[c]``; both arguments have shape (cores, 16)."""
+    slab ``c`` from ``seed[c]`` on core ``c``, then on core ``c`` sums slab
+    ``(c + offset) % cores`` into ``sums[c]``; both arguments have shape (cores, 16). With
+    ``offset`` 0 each core reads back its own slab: the same work with nothing handed over."""
     if floats % _LANES:
         raise ValueError(f"a slab holds a multiple of {_LANES} floats")
     rows = floats // _LANES
@@ -49,24 +53,49 @@ def handoff(cores: int, floats: int = SLAB_FLOATS) -> tvm.IRModule:
                 acc[lane] = T.float32(0)
             for row in range(rows):
                 for lane in T.vectorized(_LANES):
-                    acc[lane] = acc[lane] + slabs[(core + 1) % cores, row, lane]
+                    acc[lane] = acc[lane] + slabs[(core + offset) % cores, row, lane]
             for lane in T.vectorized(_LANES):
                 sums[core, lane] = acc[lane]
 
     return tvm.IRModule({"main": main})
 
 
-# per process: the handoffs built here, by target (its JSON), with their arguments
-_built: dict[str, tuple[tvm.runtime.Module, list[tvm.runtime.Tensor]]] = {}
+FAR = 2.0
+"""A handoff that takes more than this many times as long as the cores' reads of their own slabs:
+the cores share no cache (near, the two took the same time on a Zen 4 host)."""
 
 
-def built_handoff(target: dict) -> tuple[tvm.runtime.Module, list[tvm.runtime.Tensor]]:
-    """``target``'s handoff across its cores, built for this process on first use, and its
-    arguments."""
-    key = json.dumps(target, sort_keys=True)
+@dataclass(frozen=True)
+class Placement:
+    """One reading of how far apart the cores are: the handoff, and the same work with each core
+    reading back its own slab (``own_read_secs``), timed one after the other."""
+
+    handoff_secs: float
+    own_read_secs: float
+
+    @property
+    def ratio(self) -> float:
+        """The handoff over the own read: 1 where handing data over costs nothing more."""
+        return self.handoff_secs / self.own_read_secs
+
+    @property
+    def far(self) -> bool:
+        return self.ratio > FAR
+
+
+# per process: the handoffs built here, by target (its JSON) and offset, with their arguments
+_built: dict[tuple[str, int], tuple[tvm.runtime.Module, list[tvm.runtime.Tensor]]] = {}
+
+
+def built_handoff(
+    target: dict, offset: int = 1
+) -> tuple[tvm.runtime.Module, list[tvm.runtime.Tensor]]:
+    """``target``'s handoff across its cores (``offset`` as in `handoff`), built for this process
+    on first use, and its arguments."""
+    key = json.dumps(target, sort_keys=True), offset
     if key not in _built:
         cores, _lanes = fma_loop_shape(target)
-        module = tvm.compile(handoff(cores), target=to_tvm_target(target)).jit()
+        module = tvm.compile(handoff(cores, offset=offset), target=to_tvm_target(target)).jit()
         args = [tvm.runtime.tensor(np.zeros((cores, _LANES), "float32")) for _ in range(2)]
         _built[key] = module, args
     return _built[key]
@@ -76,3 +105,12 @@ def handoff_secs(target: dict, min_repeat_ms: int = 10) -> float:
     """Seconds of one call of ``target``'s handoff in this process, from one repeat of at least
     ``min_repeat_ms`` after a warm-up call."""
     return call_secs(*built_handoff(target), min_repeat_ms)
+
+
+def placement(target: dict, min_repeat_ms: int = 10) -> Placement:
+    """How far apart the host has placed ``target``'s cores now: the handoff and the own read,
+    each one repeat of at least ``min_repeat_ms`` after a warm-up call."""
+    return Placement(
+        handoff_secs(target, min_repeat_ms),
+        call_secs(*built_handoff(target, offset=0), min_repeat_ms),
+    )

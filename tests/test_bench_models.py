@@ -25,7 +25,8 @@ CONTENDERS = {
 ROW_FIELDS = {
     "model", "summary", "cpu", "threads", "trials", "autosched_trials", "tasks", "latency",
     "autosched_speedup", "autosched_tune_secs", "stock_tune_secs", "max_abs_error",
-    "estimated_us", "slowest_task", "slowest_task_us", "handoff_us",
+    "estimated_us", "slowest_task", "slowest_task_us", "handoff_us", "own_read_us",
+    "by_placement",
 }  # fmt: skip
 
 
@@ -55,15 +56,46 @@ def test_a_tiny_run_reports_every_contender_of_the_mlp(tmp_path: Path) -> None:
         assert 0 < latency["min_us"] <= latency["median_us"] <= latency["max_us"], name
         assert latency["repeats"] >= 5 and len(latency["samples_us"]) == latency["repeats"]
         assert min(latency["samples_us"]) == latency["min_us"]
-    # every contender timed in the same rounds, the cores' handoff timed after each
+    # every contender timed in the same rounds, the cores' placement read after each
     assert len({latency["repeats"] for latency in row["latency"].values()}) == 1
-    assert len(row["handoff_us"]) == row["latency"]["autosched"]["repeats"]
-    assert all(us > 0 for us in row["handoff_us"])
+    rounds = row["latency"]["autosched"]["repeats"]
+    assert len(row["handoff_us"]) == len(row["own_read_us"]) == rounds
+    assert all(us > 0 for us in row["handoff_us"] + row["own_read_us"])
+    assert sum(reading["rounds"] for reading in row["by_placement"].values()) == rounds
     ours = row["latency"]["autosched"]["median_us"]
     assert set(row["autosched_speedup"]) == CONTENDERS - {"autosched"}
     assert row["autosched_speedup"].pop("tvm_metaschedule") is None
     for name, speedup in row["autosched_speedup"].items():
         assert speedup == pytest.approx(row["latency"][name]["median_us"] / ours)
+
+
+def test_rounds_timed_near_and_far_are_read_apart() -> None:
+    from autosched.bench.models import Contender, Latency, ModelRow
+    from autosched.bench.timing import Timing
+    from autosched.handoff import Placement
+
+    near, far = Placement(20e-6, 19e-6), Placement(80e-6, 19e-6)
+    ours = Latency(Contender.AUTOSCHED, Timing((0.010, 0.030, 0.012, 0.011, 0.028)))
+    theirs = Latency(Contender.ONNXRUNTIME, Timing((0.015, 0.020, 0.016, 0.014, 0.021)))
+    untimed = Latency(Contender.TORCH_COMPILE, None, "left out")
+    row = ModelRow(
+        "resnet18", "", "cpu", 2, 8, 8, 1, (ours, theirs, untimed), 1.0, None, 0.0, 1.0,
+        None, None, placements=(near, far, near, near, far),
+    )  # fmt: skip
+    (near_rounds, far_rounds) = row.by_placement()
+    assert (near_rounds.far, near_rounds.rounds, far_rounds.far, far_rounds.rounds) == (
+        False, 3, True, 2,
+    )  # fmt: skip
+    assert near_rounds.median_us == {
+        Contender.AUTOSCHED: pytest.approx(11000), Contender.ONNXRUNTIME: pytest.approx(15000)
+    }  # fmt: skip
+    assert far_rounds.speedup_over(Contender.ONNXRUNTIME) == pytest.approx(20.5 / 29)
+    assert far_rounds.speedup_over(Contender.TORCH_COMPILE) is None
+    document = row.as_json()["by_placement"]
+    assert document["near"]["autosched_speedup"] == {"onnxruntime": pytest.approx(15 / 11)}
+    assert document["far"]["median_us"]["autosched"] == pytest.approx(29000)
+    always_near = ModelRow(**{**row.__dict__, "placements": (near,) * 5})
+    assert [reading.name for reading in always_near.by_placement()] == ["near"]
 
 
 def test_an_unknown_model_is_one_line_and_exit_code_2(cli: Cli) -> None:

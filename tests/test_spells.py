@@ -161,7 +161,7 @@ def test_rounds_timed_with_a_control_after_each_keep_the_quiet_timing_of_a_slowe
 
 
 @pytest.mark.slow
-def test_the_handoff_sums_on_each_core_the_slab_its_neighbour_wrote() -> None:
+def test_the_handoff_sums_on_each_core_the_slab_its_neighbour_wrote_the_own_read_its_own() -> None:
     cores, floats = 3, 64
     module = tvm.compile(handoff(cores, floats), target=to_tvm_target(host_target())).jit()
     seed = np.arange(cores * 16, dtype="float32").reshape(cores, 16)
@@ -170,5 +170,8 @@ def test_the_handoff_sums_on_each_core_the_slab_its_neighbour_wrote() -> None:
     rows = floats // 16
     neighbour = np.roll(seed, -1, axis=0)
     np.testing.assert_allclose(sums.numpy(), rows * neighbour + sum(range(rows)))
+    own_read = tvm.compile(handoff(cores, floats, offset=0), target=to_tvm_target(host_target()))
+    own_read.jit()["main"](tvm.runtime.tensor(seed), sums)
+    np.testing.assert_allclose(sums.numpy(), rows * seed + sum(range(rows)))
     with pytest.raises(ValueError, match="multiple of 16"):
         handoff(cores, 40)

@@ -17,6 +17,7 @@ import contextlib
 import json
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -35,7 +36,7 @@ from tvm import relax
 from autosched.bench import plotting as plots
 from autosched.bench.model_zoo import ZooModel, torch
 from autosched.bench.timing import Timing, time_side_by_side
-from autosched.handoff import handoff_secs
+from autosched.handoff import Placement, placement
 from autosched.log import TuningLog
 from autosched.measure import LocalMeasurer
 from autosched.model.compile import (
@@ -107,11 +108,42 @@ class Latency:
 
 
 @dataclass(frozen=True)
+class PlacementMedians:
+    """The rounds of a model's timing in which the cores were near (or far, ``far``): how many,
+    and each timed contender's median over them."""
+
+    far: bool
+    rounds: int
+    median_us: dict[Contender, float]
+
+    @property
+    def name(self) -> str:
+        return "far" if self.far else "near"
+
+    def speedup_over(self, contender: Contender) -> float | None:
+        """The contender's median over these rounds over autosched's."""
+        ours, theirs = self.median_us.get(Contender.AUTOSCHED), self.median_us.get(contender)
+        return None if ours is None or theirs is None else theirs / ours
+
+    def as_json(self) -> dict[str, object]:
+        return {
+            "rounds": self.rounds,
+            "median_us": {contender.value: us for contender, us in self.median_us.items()},
+            "autosched_speedup": {
+                contender.value: self.speedup_over(contender)
+                for contender in self.median_us
+                if contender is not Contender.AUTOSCHED
+            },
+        }
+
+
+@dataclass(frozen=True)
 class ModelRow:
     """One model of the run. ``trials`` is each tuner's budget; ``autosched_trials`` the
     measurements autosched made of it (a task the log had tuned is reused, not measured);
     ``estimated_us`` the sum of weight x latency over its tasks as tuning timed them, to read
-    beside the model's measured latency."""
+    beside the model's measured latency; ``placements`` the cores' placement read after each
+    round of timing, so that the rounds timed near and far can be read apart."""
 
     model: str
     summary: str
@@ -127,7 +159,7 @@ class ModelRow:
     estimated_us: float
     slowest_task: str | None
     slowest_task_us: float | None
-    handoff_us: tuple[float, ...] = ()
+    placements: tuple[Placement, ...] = ()
 
     def latency(self, contender: Contender) -> Latency:
         return next(latency for latency in self.latencies if latency.contender is contender)
@@ -140,6 +172,20 @@ class ModelRow:
         """The contender's median latency over autosched's."""
         ours, theirs = self.median_us(Contender.AUTOSCHED), self.median_us(contender)
         return None if ours is None or theirs is None else theirs / ours
+
+    def by_placement(self) -> list[PlacementMedians]:
+        """The rounds timed near, then those timed far; a placement with no round left out."""
+        readings = []
+        for far in (False, True):
+            rounds = [index for index, reading in enumerate(self.placements) if reading.far == far]
+            if rounds:
+                medians = {
+                    lat.contender: statistics.median(lat.timing.samples[i] for i in rounds) * 1e6
+                    for lat in self.latencies
+                    if lat.timing is not None
+                }
+                readings.append(PlacementMedians(far, len(rounds), medians))
+        return readings
 
     def as_json(self) -> dict[str, object]:
         return {
@@ -162,7 +208,9 @@ class ModelRow:
             "estimated_us": self.estimated_us,
             "slowest_task": self.slowest_task,
             "slowest_task_us": self.slowest_task_us,
-            "handoff_us": list(self.handoff_us),
+            "handoff_us": [reading.handoff_secs * 1e6 for reading in self.placements],
+            "own_read_us": [reading.own_read_secs * 1e6 for reading in self.placements],
+            "by_placement": {reading.name: reading.as_json() for reading in self.by_placement()},
         }
 
 
@@ -284,10 +332,10 @@ class _ModelBench:
             Contender.ONNXRUNTIME: self._onnxruntime(),
         }
         self._step("timing every contender side by side")
-        timings, handoffs = time_side_by_side(
+        timings, placements = time_side_by_side(
             {name: run for name, (run, _note) in inferences.items() if run is not None},
             MODEL_REPEATS,
-            between=lambda: handoff_secs(self.target),
+            between=lambda: placement(self.target),
         )
         latencies = [
             Latency(contender, timings.get(contender), note)
@@ -309,7 +357,7 @@ class _ModelBench:
             estimated_us=report.tuned_secs * 1e6,
             slowest_task=None if slowest is None else slowest.name,
             slowest_task_us=None if slowest is None else _weighted_secs(slowest) * 1e6,
-            handoff_us=tuple(secs * 1e6 for secs in handoffs),
+            placements=tuple(placements),
         )
 
     def _step(self, what: str) -> None:

@@ -45,6 +45,7 @@ class Timing:
 
 
 Contender = TypeVar("Contender", bound=Hashable)
+Probe = TypeVar("Probe")
 
 
 def time_repeats(call: Callable[[], object], repeats: int = PEER_REPEATS) -> Timing:
@@ -56,16 +57,16 @@ def time_repeats(call: Callable[[], object], repeats: int = PEER_REPEATS) -> Tim
 def time_side_by_side(
     calls: Mapping[Contender, Callable[[], object]],
     rounds: int = PEER_REPEATS,
-    between: Callable[[], float] | None = None,
-) -> tuple[dict[Contender, Timing], list[float]]:
+    between: Callable[[], Probe] | None = None,
+) -> tuple[dict[Contender, Timing], list[Probe]]:
     """Time each of ``calls`` by the protocol of this module, side by side: ``rounds`` rounds of
     one repeat of each, each round starting one further along than the one before. ``between``,
-    called after each round, probes the machine (``autosched.handoff.handoff_secs``, say);
-    returns the timings and what the probe returned, a number a round."""
+    called after each round, probes the machine (``autosched.handoff.placement``, say);
+    returns the timings and what the probe returned, one reading a round."""
     numbers = {name: _calls_per_repeat(call) for name, call in calls.items()}
     names = list(calls)
     samples: dict[Contender, list[float]] = {name: [] for name in names}
-    probes = []
+    probes: list[Probe] = []
     for start in range(rounds if names else 0):
         for name in names[start % len(names) :] + names[: start % len(names)]:
             samples[name].append(_repeat(calls[name], numbers[name]))

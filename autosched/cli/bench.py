@@ -312,6 +312,7 @@ def models(
 def _print_model_row(row: ModelRow) -> None:
     """A model's contenders as a table, and what autosched's tuning found."""
     from autosched.bench.models import Contender
+    from autosched.handoff import FAR
 
     table = Table(
         "contender", "median ms", "spread ms", "autosched speedup", "tuning s", "note",
@@ -344,11 +345,26 @@ def _print_model_row(row: ModelRow) -> None:
         highlight=False,
         soft_wrap=True,
     )
-    if row.handoff_us:
+    if row.placements:
+        handoffs = [reading.handoff_secs * 1e6 for reading in row.placements]
         _out.print(
-            f"timed in {len(row.handoff_us)} rounds side by side; the cores handed data over in "
-            f"{min(row.handoff_us):.1f} to {max(row.handoff_us):.1f} us a round "
-            "(autosched.handoff: a slower handoff, cores placed further apart)",
+            f"timed in {len(row.placements)} rounds side by side; the cores handed data over in "
+            f"{min(handoffs):.1f} to {max(handoffs):.1f} us a round (autosched.handoff; far: "
+            f"more than {FAR:g}x the cores' reads of their own data, cores that share no cache)",
             highlight=False,
             soft_wrap=True,
         )
+        for reading in row.by_placement():
+            speedups = ", ".join(
+                f"{contender.label} {_number(reading.speedup_over(contender), 2)}"
+                for contender in reading.median_us
+                if contender is not Contender.AUTOSCHED
+            )
+            ours = reading.median_us.get(Contender.AUTOSCHED)
+            _out.print(
+                f"{reading.name}: {reading.rounds} rounds; autosched "
+                f"{_number(None if ours is None else ours / 1e3, 3)} ms; its speed-up over "
+                f"{speedups}",
+                highlight=False,
+                soft_wrap=True,
+            )

@@ -5,7 +5,10 @@ tuned on the same target, replayed onto the new shape.
 A schedule tuned for matmul 512x512x512 is a good first guess for 384x512x640: the same tiling
 structure, loop order, vectorisation and parallelism, with tile sizes that fit the new extents. Its
 trace is replayed onto the new workload with each sampling decision taking the valid choice nearest
-to its own (``DesignSpace.follow``); a trace whose instructions do not apply is passed over.
+to its own (``DesignSpace.follow``); a trace whose instructions do not apply is passed over. Where
+a loop is longer or shorter than in the neighbour, which of its tile factors should take the
+difference is not known (more tiles of the same size, or larger tiles): each record is followed
+with the difference at each of the ``GROWTHS`` outermost factors in turn.
 Shapes are compared by the summed distance of their numeric parameters in log space; parameters
 that are not numbers (the dtype) must be equal.
 """
@@ -13,7 +16,7 @@ that are not numbers (the dtype) must be equal.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -29,6 +32,7 @@ from autosched.workloads import get_workload
 
 NEIGHBOURS = 3  # nearest tuned shapes a new shape starts from
 RECORDS_PER_NEIGHBOUR = 6  # the fastest records of each that are replayed
+GROWTHS = 4  # the tile factors, from the outermost, a loop of a new extent grows at in turn
 SEED_RECORDS = 16
 
 
@@ -64,13 +68,20 @@ def shape_distance(a: Mapping[str, object], b: Mapping[str, object]) -> float | 
     return distance
 
 
-def neighbour_seeds(
-    log: TuningLog, workload: Workload, target: dict, space: Callable[[], DesignSpace]
-) -> NeighbourSeeds:
-    """The fastest error-free records of the ``NEIGHBOURS`` nearest tuned shapes of
-    ``workload``'s operator on ``target``, replayed onto ``workload``; at most ``SEED_RECORDS``,
-    each program once. ``space`` builds the workload's design space (only when some neighbour
-    exists). A seed is measured anew and checked like any candidate before it can become best."""
+@dataclass(frozen=True)
+class TunedNeighbour:
+    """A tuned shape of the operator: its workload, its parameters in words (``shape``) and its
+    fastest error-free records on the target, fastest first."""
+
+    workload: Workload
+    shape: str
+    records: list[RecordView]
+
+
+def nearest_tuned(log: TuningLog, workload: Workload, target: dict) -> list[TunedNeighbour]:
+    """The ``NEIGHBOURS`` nearest shapes of ``workload``'s operator tuned on ``target``, nearest
+    first, each with its ``4 * RECORDS_PER_NEIGHBOUR`` fastest records; a user's program of the
+    same name, or one another TVM keyed differently, is left out (it cannot be rebuilt here)."""
     wanted = target_key(target)
     near = sorted(
         (distance, row.workload_key, row)
@@ -81,61 +92,96 @@ def neighbour_seeds(
         and row.best_latency_secs is not None
         and (distance := shape_distance(workload.params, row.workload_params)) is not None
     )[:NEIGHBOURS]
-    if not near:
-        return NeighbourSeeds([], None)
-    design = space()
-    seeds: dict[str, RecordView] = {}
-    shapes: list[str] = []
-    skipped: list[str] = []
+    found_target = log.find_target(wanted)
+    neighbours = []
     for _distance, key, row in near:
         try:
             neighbour = get_workload(row.workload_name, dict(row.workload_params))
         except UserError:
             continue
         stored = log.find_workload(key)
-        found_target = log.find_target(wanted)
         if neighbour.key != key or stored is None or found_target is None:
-            continue  # a user's program of the same name, or another TVM's key: not ours to rebuild
+            continue
         records = log.records(
             stored.id, found_target.id, ok_only=True, limit=4 * RECORDS_PER_NEIGHBOUR
         )
         shape = " ".join(f"{k}={v}" for k, v in row.workload_params.items() if k != "dtype")
-        taken = 0
-        for record in records:
-            if taken == RECORDS_PER_NEIGHBOUR or len(seeds) == SEED_RECORDS:
+        neighbours.append(TunedNeighbour(neighbour, shape, records))
+    return neighbours
+
+
+def neighbour_seeds(
+    log: TuningLog, workload: Workload, target: dict, space: Callable[[], DesignSpace]
+) -> NeighbourSeeds:
+    """The fastest records of the nearest tuned shapes (`nearest_tuned`), the first
+    ``RECORDS_PER_NEIGHBOUR`` of each that replay, followed onto ``workload`` at each growth;
+    at most ``SEED_RECORDS``, each program once, taken from the neighbours in turn, nearest
+    first. ``space`` builds the workload's design space (only when some neighbour exists). A
+    seed is measured anew and checked like any candidate before it can become best."""
+    neighbours = nearest_tuned(log, workload, target)
+    if not neighbours:
+        return NeighbourSeeds([], None)
+    design = space()
+    followed: list[list[RecordView]] = []
+    shapes: list[str] = []
+    skipped: list[str] = []
+    for neighbour in neighbours:
+        programs: dict[str, RecordView] = {}
+        replayed = 0
+        for record in neighbour.records:
+            if replayed == RECORDS_PER_NEIGHBOUR or len(programs) >= SEED_RECORDS:
                 break
-            followed = _follow(design, neighbour, record)
-            if isinstance(followed, str):
-                skipped.append(f"candidate {record.candidate_id} of {shape}: {followed}")
-            elif followed.program_hash not in seeds:
-                seeds[followed.program_hash] = followed
-                taken += 1
-        if taken:
-            shapes.append(shape)
+            variants = follow_record(design, neighbour.workload, record)
+            if isinstance(variants, str):
+                skipped.append(f"candidate {record.candidate_id} of {neighbour.shape}: {variants}")
+                continue
+            replayed += 1
+            for variant in variants.values():
+                programs.setdefault(variant.program_hash, variant)
+        if programs:
+            followed.append(list(programs.values()))
+            shapes.append(neighbour.shape)
+    seeds: dict[str, RecordView] = {}
+    for variant in _in_turn(followed):
+        if len(seeds) == SEED_RECORDS:
+            break
+        seeds.setdefault(variant.program_hash, variant)
     source = f"{len(seeds)} schedules of {'; '.join(shapes)}" if seeds else None
     return NeighbourSeeds(list(seeds.values()), source, skipped)
 
 
-def _follow(design: DesignSpace, neighbour: Workload, record: RecordView) -> RecordView | str:
-    """``record``, tuned for ``neighbour``, replayed onto the design space's workload; else why
-    it cannot be."""
+def follow_record(
+    design: DesignSpace, neighbour: Workload, record: RecordView
+) -> dict[int, RecordView] | str:
+    """``record``, tuned for ``neighbour``, replayed onto the design space's workload at each
+    growth that fits (by growth); else why it cannot be."""
     try:
         trace = apply_trace(neighbour.mod, record.trace_json).trace
     except Exception as error:  # TVM raises its own error types when a trace does not apply
         return f"its trace no longer replays on its own shape ({_first_line(error)})"
-    try:
-        sch = design.follow(trace)
-    except Exception as error:
-        return f"its decisions do not fit this shape ({_first_line(error)})"
-    if sch is None:
-        return "its decisions do not fit this shape"
-    return replace(
-        record,
-        trace_json=trace_to_json(sch.trace),
-        program_hash=program_hash(sch.mod),
-        verified=False,
-        job_id=None,
-    )
+    variants = {}
+    reason = "its decisions do not fit this shape"
+    for grow_at in range(GROWTHS):
+        try:
+            sch = design.follow(trace, grow_at)
+        except Exception as error:
+            reason = f"its decisions do not fit this shape ({_first_line(error)})"
+            continue
+        if sch is not None:
+            variants[grow_at] = replace(
+                record,
+                trace_json=trace_to_json(sch.trace),
+                program_hash=program_hash(sch.mod),
+                verified=False,
+                job_id=None,
+            )
+    return variants or reason
+
+
+def _in_turn(lists: Sequence[Sequence[RecordView]]) -> Iterator[RecordView]:
+    """The first of each list, then the second of each, and so on."""
+    for index in range(max(map(len, lists), default=0)):
+        yield from (items[index] for items in lists if index < len(items))
 
 
 def starting_records(

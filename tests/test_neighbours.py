@@ -14,7 +14,7 @@ from autosched.log import TuningLog
 from autosched.log.jobs import JobStore
 from autosched.log.subjects import ensure_subject
 from autosched.measure import LocalMeasurer, MeasureConfig
-from autosched.neighbours import neighbour_seeds, shape_distance
+from autosched.neighbours import SEED_RECORDS, neighbour_seeds, shape_distance
 from autosched.records import CandidateResult, JobStatus, MeasureResult, RecordView
 from autosched.schedule import apply_trace, program_hash, trace_to_json
 from autosched.search.space import DesignSpace, design_space
@@ -64,6 +64,36 @@ def test_a_trace_follows_its_own_decisions_onto_another_shape() -> None:
     )
 
 
+def test_a_loop_of_another_extent_grows_at_the_tile_factor_asked_for() -> None:
+    target = host_target()
+    tuned = get_workload("matmul", TUNED)
+    new = get_workload("matmul", {**TUNED, "M": 256})  # i 4x longer, j and k as tuned
+    recorded = [[2, 4, 2, 4], [1, 8, 2, 4], [8, 8]]  # i, j (four levels each) and k
+
+    tiles: list[str] = []  # the tiles' instructions, in the order their factors are chosen
+
+    def choose(name: str, choices: list[int]) -> int:
+        if ".f" not in name:
+            return choices[-1]
+        tile, factor = name.split(".f")
+        if tile not in tiles:
+            tiles.append(tile)
+        return recorded[tiles.index(tile)][int(factor.split(".")[0])]
+
+    sch = design_space(tuned, target, seed=0).sample(choose)
+    assert sch is not None and _tile_factors(trace_to_json(sch.trace)) == recorded
+    design = design_space(new, target, seed=0)
+    grown = {}
+    for grow_at in range(4):
+        followed = design.follow(sch.trace, grow_at)
+        assert followed is not None
+        grown[grow_at] = _tile_factors(trace_to_json(followed.trace))
+        assert grown[grow_at][1:] == recorded[1:]  # j and k keep their tiles
+    assert [tiles[0] for tiles in grown.values()] == [
+        [8, 4, 2, 4], [2, 16, 2, 4], [2, 4, 8, 4], [2, 4, 2, 16],
+    ]  # fmt: skip
+
+
 @pytest.mark.slow  # tunes one shape, then seeds and tunes another
 def test_a_new_shape_measures_its_neighbours_schedules_first(tmp_path: Path) -> None:
     target = host_target()
@@ -77,7 +107,7 @@ def test_a_new_shape_measures_its_neighbours_schedules_first(tmp_path: Path) -> 
             assert neighbour_seeds(log, other_op, target, _no_space).seeds == []
             found = neighbour_seeds(log, new, target, lambda: design_space(new, target, seed=0))
             assert found.source == f"{len(found.seeds)} schedules of M=64 N=64 K=64"
-            assert 2 <= len(found.seeds) <= 6 and found.skipped == []
+            assert 2 <= len(found.seeds) <= SEED_RECORDS and found.skipped == []
             report = tune(
                 new, target, log, measurer, TuneOptions(trials=8, batch_size=8, seed=1, finalists=0)
             )

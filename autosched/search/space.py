@@ -86,15 +86,21 @@ class _DecisionProvider:
 
     Other instructions keep their design-space decision. Without a chooser (``choose`` None)
     each decision takes the choice nearest to the one the trace recorded (a tile factor nearest
-    in ratio), so a trace tuned for another shape follows its own decisions where they fit. An
+    in ratio), so a trace tuned for another shape follows its own decisions where they fit. A
+    loop longer or shorter here than where the trace was recorded takes the difference at its
+    outermost factor, or with ``grow_at`` at that factor (counted from the outermost; the
+    innermost where a tile has fewer): its recorded value times the ratio of the extents. An
     error of the chooser is kept in ``error``: TVM reports exceptions of a callback as its own
     errors.
     """
 
-    def __init__(self, sch: Schedule, prefix: str, choose: Chooser | None) -> None:
+    def __init__(
+        self, sch: Schedule, prefix: str, choose: Chooser | None, grow_at: int = 0
+    ) -> None:
         self._sch = sch
         self._prefix = prefix
         self._choose = choose
+        self._grow_at = grow_at
         self._index = -1
         self.error: Exception | None = None
 
@@ -121,7 +127,7 @@ class _DecisionProvider:
             self.error = error
             raise
 
-    def _pick(self, name: str, choices: Sequence[int], recorded: int | None) -> int:
+    def _pick(self, name: str, choices: Sequence[int], recorded: float | None) -> int:
         if self._choose is not None:
             return _pick(self._choose, name, choices)
         if recorded is None:
@@ -150,6 +156,10 @@ class _DecisionProvider:
         left = int(extent.value)
         factors = [1] * n
         owed = inner_factor  # what the factors from k inwards still owe to inner_factor
+        recorded_factors: list[float] | None = None
+        if decision is not None:
+            recorded_factors = [float(_recorded(factor) or 1) for factor in decision]
+            recorded_factors[min(self._grow_at, n - 1)] *= left / math.prod(recorded_factors)
         for k in range(n - 1, 0, -1):
             choices = _divisors(left)
             if k == n - 1 and max_innermost > 0:
@@ -159,7 +169,7 @@ class _DecisionProvider:
             elif k > position:
                 choices = [d for d in choices if (left // d) % (owed // math.gcd(owed, d)) == 0]
             suffix = f".{owed}" if owed > 1 else ""
-            recorded = _recorded(decision[k]) if decision is not None else None
+            recorded = None if recorded_factors is None else recorded_factors[k]
             factors[k] = self._pick(f"{name}.f{k}.{left}{suffix}", choices, recorded)
             left //= factors[k]
             owed //= math.gcd(owed, factors[k])
@@ -187,17 +197,18 @@ def _recorded(decision: Any) -> int | None:
 
 
 def replay_with_choices(
-    trace: Trace, mod: IRModule, choose: Chooser | None, prefix: str
+    trace: Trace, mod: IRModule, choose: Chooser | None, prefix: str, grow_at: int = 0
 ) -> Schedule | None:
     """Replay ``trace``, without its postprocessing, onto a fresh schedule of ``mod``, each sampling
     decision chosen by ``choose`` (names begin with ``prefix``), or without one the valid choice
-    nearest to the decision the trace recorded; None if TVM refuses the result.
+    nearest to the decision the trace recorded, a tile of another extent than recorded growing
+    or shrinking at factor ``grow_at`` (``_DecisionProvider``); None if TVM refuses the result.
 
     Errors of ``choose`` propagate. Every decision comes from ``choose``; the schedule's fixed seed
     keeps anything else sampled reproducible.
     """
     sch = Schedule(mod, seed=1, debug_mask=0, error_render_level="none")
-    provider = _DecisionProvider(sch, prefix, choose)
+    provider = _DecisionProvider(sch, prefix, choose, grow_at)
     try:
         trace.apply_to_schedule(sch, remove_postproc=True, decision_provider=provider)
     except Exception:  # TVM raises its own error types, and its own for errors of callbacks
@@ -230,11 +241,13 @@ class DesignSpace:
             return None
         return self._finish(sch)
 
-    def follow(self, trace: Trace) -> Schedule | None:
+    def follow(self, trace: Trace, grow_at: int = 0) -> Schedule | None:
         """``trace``, tuned for another shape of this operator, replayed onto this workload with
-        each decision the valid choice nearest to its own, then finished by the postprocessors;
-        None when its instructions do not apply here or a postprocessor refuses the result."""
-        sch = replay_with_choices(trace, self.mod, None, "follow")
+        each decision the valid choice nearest to its own, a loop of another extent taking the
+        difference at tile factor ``grow_at`` (0, the outermost: the same inner tiles, more or
+        fewer of them), then finished by the postprocessors; None when its instructions do not
+        apply here or a postprocessor refuses the result."""
+        sch = replay_with_choices(trace, self.mod, None, "follow", grow_at)
         return None if sch is None else self._finish(sch)
 
     def _finish(self, sch: Schedule) -> Schedule | None:

@@ -114,3 +114,14 @@ def placement(target: dict, min_repeat_ms: int = 10) -> Placement:
         handoff_secs(target, min_repeat_ms),
         call_secs(*built_handoff(target, offset=0), min_repeat_ms),
     )
+
+
+@dataclass(frozen=True)
+class PlacementRequest:
+    """Read the cores' placement (`placement`) in a measuring process (`autosched.measure.child`),
+    whose thread pool spans the target's cores."""
+
+    target: dict
+
+    def execute(self) -> Placement:
+        return placement(self.target)

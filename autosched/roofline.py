@@ -24,6 +24,7 @@ import numpy as np
 from autosched.cpu import cpu_peak
 from autosched.errors import UserError
 from autosched.fmaloop import FmaRate, FmaRateRequest, fma_loop_shape
+from autosched.handoff import Placement, PlacementRequest
 from autosched.measure.child import ChildProcess
 from autosched.target import canonical_target, target_key, target_kind, thread_env
 
@@ -46,7 +47,9 @@ class Calibration:
     and written by a 256 MiB copy. Each is the best of its repeats. ``theoretical_gflops`` is the
     CPU's cores x FMA units x lanes x 2 x clock (spelled out in ``theoretical``), where known.
     ``other_load`` is the CPU time other processes took while it was measured, in cores; ``busy``
-    says it stayed above the threshold through every attempt.
+    says it stayed above the threshold through every attempt. ``handoff_us`` and ``own_read_us``
+    read where the host had placed the cores then (``autosched.handoff.placement``): numpy's
+    matmul, on every core, runs slower when they share no cache.
     """
 
     peak_gflops: float
@@ -59,6 +62,14 @@ class Calibration:
     other_load: float | None = None
     busy: bool = False
     raised_by: str | None = None
+    handoff_us: float | None = None
+    own_read_us: float | None = None
+
+    @property
+    def placement(self) -> Placement | None:
+        if self.handoff_us is None or self.own_read_us is None:
+            return None
+        return Placement(self.handoff_us * 1e-6, self.own_read_us * 1e-6)
 
     def bound_secs(self, flops: float | None, min_bytes: float) -> float:
         """The roofline's least latency: compute at peak or compulsory traffic at bandwidth."""
@@ -99,6 +110,7 @@ def calibrate(target: dict, attempts: int = _ATTEMPTS) -> Calibration:
     load: float | None = None
     runner = ChildProcess(env=thread_env(canonical_target(target)))
     try:
+        cores_placed = runner.call(PlacementRequest(target), _FMA_TIMEOUT_SECS)
         # the measuring process started and the loop built, outside the load's window (another
         # process's load only ever lowers a rate, so this one counts towards the best)
         fma = _fma_rate(runner, target).gflops
@@ -124,6 +136,8 @@ def calibrate(target: dict, attempts: int = _ATTEMPTS) -> Calibration:
         theoretical=None if theory is None else theory.describe(),
         other_load=load,
         busy=load is not None and load >= _BUSY_CORES,
+        handoff_us=cores_placed.handoff_secs * 1e6,
+        own_read_us=cores_placed.own_read_secs * 1e6,
     )
 
 
@@ -142,6 +156,12 @@ def describe_calibration(calibration: Calibration) -> str:
     parts.append(f"bandwidth {calibration.bandwidth_gbs:.1f} GB/s")
     if calibration.other_load is not None:
         parts.append(f"other processes {calibration.other_load:.2f} cores")
+    cores_placed = calibration.placement
+    if cores_placed is not None:
+        parts.append(
+            f"cores {'far apart' if cores_placed.far else 'near'} (handoff "
+            f"{calibration.handoff_us:.1f} us, own read {calibration.own_read_us:.1f} us)"
+        )
     return "; ".join(parts)
 
 

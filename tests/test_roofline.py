@@ -15,6 +15,7 @@ import pytest
 from autosched import cpu, roofline
 from autosched.cpu import cpu_peak
 from autosched.fmaloop import FmaRate, FmaRateRequest
+from autosched.handoff import Placement, PlacementRequest
 from autosched.roofline import Calibration, describe_calibration, load_calibration
 from autosched.target import host_target, target_key
 
@@ -96,6 +97,8 @@ CALIBRATION = Calibration(
     theoretical="2 cores x 2 FMA x 8 lanes x 2 x 2.45 GHz (nominal)",
     other_load=1.1,
     busy=True,
+    handoff_us=80.2,
+    own_read_us=19.1,
 )
 
 
@@ -108,6 +111,7 @@ def test_a_faster_measurement_raises_the_peak_and_a_slower_one_does_not() -> Non
     assert "peak 138.0 GFLOP/s" in line and "raised by numpy on matmul" in line
     assert "theoretical 156.8 GFLOP/s = 2 cores x 2 FMA" in line
     assert "other processes 1.10 cores" in line
+    assert "cores far apart (handoff 80.2 us, own read 19.1 us)" in line
 
 
 def test_a_calibration_file_from_before_the_load_check_still_loads(tmp_path: Path) -> None:
@@ -141,8 +145,11 @@ class RecordingRunner:
     def __init__(self, *, env: dict[str, str]) -> None:
         self.started.append(env)
 
-    def call(self, request: FmaRateRequest, timeout_secs: float) -> FmaRate:
-        assert isinstance(request, FmaRateRequest) and timeout_secs > 0
+    def call(self, request: object, timeout_secs: float) -> FmaRate | Placement:
+        assert timeout_secs > 0
+        if isinstance(request, PlacementRequest):
+            return Placement(handoff_secs=20e-6, own_read_secs=19e-6)
+        assert isinstance(request, FmaRateRequest)
         return FmaRate(gflops=321.0, cpu_secs=0.5)
 
     def close(self) -> None:
@@ -160,6 +167,11 @@ def test_the_fma_loop_is_timed_in_a_process_whose_threads_span_the_targets_cores
     calibration = roofline.calibrate({**host_target(), "num-cores": 2}, attempts=1)
     assert RecordingRunner.started == [{"TVM_NUM_THREADS": "2"}]
     assert calibration.fma_gflops == calibration.peak_gflops == 321.0
+    assert (calibration.handoff_us, calibration.own_read_us) == (
+        pytest.approx(20),
+        pytest.approx(19),
+    )
+    assert "cores near (handoff 20.0 us, own read 19.0 us)" in describe_calibration(calibration)
 
 
 def test_the_fma_loop_reports_its_rate_and_the_cpu_time_it_took() -> None:

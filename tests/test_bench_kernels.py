@@ -13,13 +13,15 @@ import pytest
 from helpers import Cli
 
 from autosched.bench.kernels import (
+    KERNEL_ROUNDS,
     SUITES,
     KernelRow,
-    fastest_peer,
     fastest_rate,
+    fastest_way,
     plot_rows,
     suite_cases,
 )
+from autosched.bench.timing import time_side_by_side
 from autosched.check import check_peer
 from autosched.errors import UserError
 from autosched.roofline import Calibration, load_calibration, save_calibration
@@ -109,6 +111,12 @@ def test_bench_json_has_every_field_for_a_tiny_run(
     assert row["roofline_us"] == pytest.approx(max(2 * 16**3 / 10_000e3, 3072 / 10e3))
     assert row["roofline_percent"] == pytest.approx(100 * row["roofline_us"] / row["tuned_us"])
     assert row["tuned_over_peer"] == pytest.approx(row["tuned_us"] / row["peer_us"])
+    # both timed in the same rounds, the cores' placement read after each
+    assert row["rounds"] == KERNEL_ROUNDS and 0 <= row["far_rounds"] <= KERNEL_ROUNDS
+    for name in ("tuned", "peer"):
+        smallest, largest = row[f"{name}_spread_us"]
+        assert 0 < smallest <= row[f"{name}_us"] <= largest
+    assert row["searched_us"] > 0  # the search's own timing of the same program, for reference
     if (tmp_path / "chart.png").exists():
         assert (tmp_path / "chart.png").read_bytes()[:4] == b"\x89PNG"
 
@@ -128,8 +136,8 @@ def test_a_rate_above_the_stored_peak_raises_it(
     calibration = tmp_path / "calibration.json"
     save_calibration(host_target(), replace(CALIBRATION, peak_gflops=1e-3), calibration)
     monkeypatch.setenv("AUTOSCHED_CALIBRATION", str(calibration))
-    result = cli(
-        "bench", "kernels", "matmul", "-p", "M=16", "-p", "N=16", "-p", "K=16",
+    result = cli(  # B packed ahead: the tuned program is timed as the search built it
+        "bench", "kernels", "matmul", "-p", "M=16", "-p", "N=16", "-p", "K=16", "-p", "weights=B",
         "--trials", "1", "--json",
     )  # fmt: skip
     assert result.code == 0, result.err
@@ -151,11 +159,15 @@ def test_the_fastest_of_a_peers_alternatives_counts_and_each_is_reported() -> No
 
     slow = Peer("library, NCHW", taking(2e-3))
     peer = replace(slow, alternatives=(Peer("library, channels-last", taking(2e-4)),))
-    fastest, secs, timed = fastest_peer(peer, [np.zeros(4, np.float32)])
-    assert fastest.name == "library, channels-last" and 2e-4 <= secs < 2e-3
+    inputs = [np.zeros(4, np.float32)]
+    timings, _ = time_side_by_side({way.name: way.bind(inputs) for way in peer.ways if way.bind})
+    fastest, timing, timed = fastest_way(peer, timings)
+    assert fastest.name == "library, channels-last"
+    assert timing is not None and 2e-4 <= timing.median_secs < 2e-3
     assert timed is not None and timed.startswith("the fastest of library, NCHW ")
     assert ", library, channels-last " in timed
-    assert fastest_peer(slow, [np.zeros(4, np.float32)])[2] is None  # nothing to choose from
+    assert fastest_way(slow, timings)[2] is None  # nothing to choose from
+    assert fastest_way(peer, {}) == (peer, None, None)  # none ran
 
 
 @pytest.mark.parametrize(

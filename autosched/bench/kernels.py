@@ -1,5 +1,9 @@
 """`autosched bench kernels`: per workload, in one run, the untuned, tuned and peer latencies, the
 ratio of tuned to peer and the share of the roofline bound reached; as rows, JSON and a chart.
+
+The tuned program and its peer are timed side by side in this process (``autosched.bench.timing``),
+the cores' placement read after each round (``autosched.handoff``): a change in the machine's speed
+or in where the host put the cores falls on both alike, so their ratio holds within the run.
 """
 
 from __future__ import annotations
@@ -10,15 +14,20 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
+import tvm
 
 from autosched.bench import plotting as plots
-from autosched.bench.timing import time_call
+from autosched.bench.timing import Timing, time_side_by_side
 from autosched.errors import UserError
+from autosched.export import best_schedule
+from autosched.handoff import placement
 from autosched.log import TuningLog
 from autosched.measure import LocalMeasurer
+from autosched.measure.program import timed_program
 from autosched.roofline import Calibration
+from autosched.target import to_tvm_target
 from autosched.tuner import TuneOptions, tune
-from autosched.workload import Workload, random_inputs
+from autosched.workload import Workload, buffer_args, random_arrays, random_inputs
 from autosched.workloads import get_workload
 from autosched.workloads.peers import Peer, peer_for, use_peer_threads
 
@@ -66,9 +75,19 @@ SUITES: dict[str, tuple[BenchCase, ...]] = {
 }
 
 
+KERNEL_ROUNDS = 9  # rounds of side-by-side timing of the tuned program and its peer
+TUNED = "tuned"  # the tuned program's name among the contenders timed side by side
+
+
 @dataclass(frozen=True)
 class KernelRow:
     """One benchmarked workload. Latencies in microseconds; None where nothing was measured.
+
+    ``tuned_us`` and ``peer_us`` are medians of ``rounds`` rounds of side-by-side timing,
+    ``tuned_spread_us`` and ``peer_spread_us`` their smallest and largest samples, ``far_rounds``
+    the rounds after which the cores were read far apart (`autosched.handoff.Placement.far`).
+    ``untuned_us`` and ``searched_us`` (the best candidate as the search timed it) are the
+    search's own measurements.
 
     ``flops`` counts operations, integer ones too (``float_arithmetic`` false: int8 dot
     products), or another algorithm's (``nominal_flops``: a Winograd convolution counts the direct
@@ -92,6 +111,11 @@ class KernelRow:
     roofline_percent: float | None
     note: str | None
     nominal_flops: bool = False
+    searched_us: float | None = None
+    tuned_spread_us: tuple[float, float] | None = None
+    peer_spread_us: tuple[float, float] | None = None
+    rounds: int = 0
+    far_rounds: int = 0
 
     @property
     def bounded_by_peak(self) -> bool:
@@ -179,10 +203,23 @@ def _bench_one(
     seed: int,
 ) -> KernelRow:
     report = tune(workload, target, log, measurer, options)
-    peer, peer_secs, timed = _timed_peer(
-        peer_for(workload), workload, target, log, measurer, options, seed
-    )
-    tuned = report.best_latency_secs
+    peer = peer_for(workload)
+    calls: dict[str, Callable[[], object]] = {}
+    if report.best_latency_secs is not None:
+        calls[TUNED] = tuned_call(log, workload, target, seed)
+    if peer.workload is not None:  # tuned with the same budget, built and timed like ours
+        if tune(peer.workload, target, log, measurer, options).best_latency_secs is not None:
+            calls[peer.name] = tuned_call(log, peer.workload, target, seed)
+    else:
+        assert workload.num_outputs is not None
+        inputs = random_inputs(workload, seed)[: -workload.num_outputs]
+        calls.update({way.name: way.bind(inputs) for way in peer.ways if way.bind is not None})
+    probe = (lambda: placement(target)) if target["kind"] == "llvm" else None
+    timings, placements = time_side_by_side(calls, KERNEL_ROUNDS, between=probe)
+    fastest, peer_timing, timed = fastest_way(peer, timings)
+    tuned = timings.get(TUNED)
+    tuned_secs = None if tuned is None else tuned.median_secs
+    peer_secs = None if peer_timing is None else peer_timing.median_secs
     row = KernelRow(
         workload=workload.name,
         params=dict(workload.params),
@@ -192,16 +229,52 @@ def _bench_one(
         min_bytes=workload.min_bytes,
         trials=report.trials,
         untuned_us=_us(report.baseline_latency_secs),
-        tuned_us=_us(tuned),
-        peer=peer.name,
+        tuned_us=_us(tuned_secs),
+        peer=fastest.name,
         peer_us=_us(peer_secs),
-        tuned_over_peer=tuned / peer_secs if tuned and peer_secs else None,
-        gflops=workload.flops / tuned / 1e9 if tuned and workload.flops else None,
+        tuned_over_peer=tuned_secs / peer_secs if tuned_secs and peer_secs else None,
+        gflops=workload.flops / tuned_secs / 1e9 if tuned_secs and workload.flops else None,
         roofline_us=None,
         roofline_percent=None,
-        note=peer.fallback or timed,
+        note=fastest.fallback or timed,
+        searched_us=_us(report.best_latency_secs),
+        tuned_spread_us=_spread_us(tuned),
+        peer_spread_us=_spread_us(peer_timing),
+        rounds=KERNEL_ROUNDS if calls else 0,
+        far_rounds=sum(reading.far for reading in placements),
     )
     return row.against(calibration)
+
+
+def tuned_call(log: TuningLog, workload: Workload, target: dict, seed: int) -> Callable[[], None]:
+    """The best verified program of ``workload`` on ``target`` in ``log``, built in this process
+    as the search timed it (its weights packed ahead, `autosched.measure.program.timed_program`),
+    as a call on random arguments that returns once the device is done."""
+    mod = timed_program(best_schedule(log, workload, target).schedule.mod)
+    main = tvm.compile(mod, target=to_tvm_target(target)).jit()["main"]
+    kind = str(target["kind"])
+    device = tvm.device("cpu" if kind == "llvm" else kind, 0)
+    arrays = random_arrays(buffer_args(mod["main"], workload.name), workload.num_outputs or 0, seed)
+    args = [tvm.runtime.tensor(array, device) for array in arrays]
+
+    def call() -> None:
+        main(*args)
+        device.sync()
+
+    return call
+
+
+def fastest_way(peer: Peer, timings: dict[str, Timing]) -> tuple[Peer, Timing | None, str | None]:
+    """Of the peer's ways timed in ``timings`` (by name), the fastest by median, its timing and,
+    where there were alternatives, a line with what each took; the peer itself if none ran."""
+    timed = [(timings[way.name], way) for way in peer.ways if way.name in timings]
+    if not timed:
+        return peer, None, None
+    fastest_timing, fastest = min(timed, key=lambda pair: pair[0].median_secs)
+    if not peer.alternatives:
+        return fastest, fastest_timing, None
+    each = ", ".join(f"{way.name} {timing.median_secs * 1e6:.1f} us" for timing, way in timed)
+    return fastest, fastest_timing, f"the fastest of {each}"
 
 
 def fastest_rate(rows: Sequence[KernelRow]) -> tuple[float, str]:
@@ -223,35 +296,8 @@ def _us(secs: float | None) -> float | None:
     return None if secs is None else secs * 1e6
 
 
-def _timed_peer(
-    peer: Peer,
-    workload: Workload,
-    target: dict,
-    log: TuningLog,
-    measurer: LocalMeasurer,
-    options: TuneOptions,
-    seed: int,
-) -> tuple[Peer, float | None, str | None]:
-    """The peer that counts, its seconds and, where it had alternatives, what each took: a
-    workload peer tuned with the same budget, else a library peer timed on random inputs."""
-    if peer.workload is not None:
-        return peer, tune(peer.workload, target, log, measurer, options).best_latency_secs, None
-    assert workload.num_outputs is not None
-    return fastest_peer(peer, random_inputs(workload, seed)[: -workload.num_outputs])
-
-
-def fastest_peer(peer: Peer, inputs: list[np.ndarray]) -> tuple[Peer, float, str | None]:
-    """Time a library peer and each of its alternatives on ``inputs``: the fastest, its median
-    seconds and, where there were alternatives, a line with what each took."""
-    timed = []
-    for way in peer.ways:
-        assert way.bind is not None
-        timed.append((time_call(way.bind(inputs)), way))
-    secs, fastest = min(timed, key=lambda pair: pair[0])
-    if not peer.alternatives:
-        return fastest, secs, None
-    each = ", ".join(f"{way.name} {way_secs * 1e6:.1f} us" for way_secs, way in timed)
-    return fastest, secs, f"the fastest of {each}"
+def _spread_us(timing: Timing | None) -> tuple[float, float] | None:
+    return None if timing is None else (timing.min_secs * 1e6, timing.max_secs * 1e6)
 
 
 def plot_rows(rows: Sequence[KernelRow], path: Path) -> None:

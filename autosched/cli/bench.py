@@ -98,27 +98,35 @@ def kernels(
         return
     table = Table(
         "workload", "params", "untuned us", "tuned us", "peer", "peer us", "tuned/peer",
-        "GFLOP/s", "% roofline",
+        "GFLOP/s", "% roofline", "far rounds",
         title=f"{trials} trials per workload on {target_json.get('mcpu', target_json['kind'])}; "
-        + describe_calibration(calibration),
+        + describe_calibration(calibration)
+        + "; tuned and peer timed side by side, medians (smallest - largest)",
     )  # fmt: skip
     for row in rows:
         table.add_row(
             row.workload,
             " ".join(f"{k}={v}" for k, v in row.params.items() if k != "dtype"),
             _number(row.untuned_us),
-            _number(row.tuned_us),
+            _with_spread(row.tuned_us, row.tuned_spread_us),
             row.peer + (f" ({row.note})" if row.note else ""),
-            _number(row.peer_us),
+            _with_spread(row.peer_us, row.peer_spread_us),
             _number(row.tuned_over_peer, 2),
             _number(row.gflops, 1),
             _number(row.roofline_percent, 1),
+            f"{row.far_rounds}/{row.rounds}",
         )
     _out.print(table)
 
 
 def _number(value: float | None, digits: int = 1) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
+
+
+def _with_spread(median: float | None, spread: tuple[float, float] | None) -> str:
+    if median is None or spread is None:
+        return _number(median)
+    return f"{median:.1f} ({spread[0]:.1f} - {spread[1]:.1f})"
 
 
 @bench_app.command("search")

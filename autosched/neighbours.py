@@ -6,9 +6,9 @@ A schedule tuned for matmul 512x512x512 is a good first guess for 384x512x640: t
 structure, loop order, vectorisation and parallelism, with tile sizes that fit the new extents. Its
 trace is replayed onto the new workload with each sampling decision taking the valid choice nearest
 to its own (``DesignSpace.follow``); a trace whose instructions do not apply is passed over. Where
-a loop is longer or shorter than in the neighbour, which of its tile factors should take the
-difference is not known (more tiles of the same size, or larger tiles): each record is followed
-with the difference at each of the ``GROWTHS`` outermost factors in turn.
+a loop is longer or shorter than in the neighbour, its outermost tile factor takes the difference:
+the same inner tiles, more or fewer of them (another factor taking it found nothing faster:
+``benchmarks/neighbour_growths.py``).
 Shapes are compared by the summed distance of their numeric parameters in log space; parameters
 that are not numbers (the dtype) must be equal.
 """
@@ -32,7 +32,6 @@ from autosched.workloads import get_workload
 
 NEIGHBOURS = 3  # nearest tuned shapes a new shape starts from
 RECORDS_PER_NEIGHBOUR = 6  # the fastest records of each that are replayed
-GROWTHS = 4  # the tile factors, from the outermost, a loop of a new extent grows at in turn
 SEED_RECORDS = 16
 
 
@@ -114,10 +113,10 @@ def neighbour_seeds(
     log: TuningLog, workload: Workload, target: dict, space: Callable[[], DesignSpace]
 ) -> NeighbourSeeds:
     """The fastest records of the nearest tuned shapes (`nearest_tuned`), the first
-    ``RECORDS_PER_NEIGHBOUR`` of each that replay, followed onto ``workload`` at each growth;
-    at most ``SEED_RECORDS``, each program once, taken from the neighbours in turn, nearest
-    first. ``space`` builds the workload's design space (only when some neighbour exists). A
-    seed is measured anew and checked like any candidate before it can become best."""
+    ``RECORDS_PER_NEIGHBOUR`` of each that replay, followed onto ``workload``; at most
+    ``SEED_RECORDS``, each program once, taken from the neighbours in turn, nearest first.
+    ``space`` builds the workload's design space (only when some neighbour exists). A seed is
+    measured anew and checked like any candidate before it can become best."""
     neighbours = nearest_tuned(log, workload, target)
     if not neighbours:
         return NeighbourSeeds([], None)
@@ -151,17 +150,18 @@ def neighbour_seeds(
 
 
 def follow_record(
-    design: DesignSpace, neighbour: Workload, record: RecordView
+    design: DesignSpace, neighbour: Workload, record: RecordView, growths: Sequence[int] = (0,)
 ) -> dict[int, RecordView] | str:
-    """``record``, tuned for ``neighbour``, replayed onto the design space's workload at each
-    growth that fits (by growth); else why it cannot be."""
+    """``record``, tuned for ``neighbour``, replayed onto the design space's workload with a loop
+    of another extent growing at each of ``growths`` (tile factors from the outermost,
+    `DesignSpace.follow`) that fits, by growth; else why it cannot be."""
     try:
         trace = apply_trace(neighbour.mod, record.trace_json).trace
     except Exception as error:  # TVM raises its own error types when a trace does not apply
         return f"its trace no longer replays on its own shape ({_first_line(error)})"
     variants = {}
     reason = "its decisions do not fit this shape"
-    for grow_at in range(GROWTHS):
+    for grow_at in growths:
         try:
             sch = design.follow(trace, grow_at)
         except Exception as error:

@@ -3,7 +3,8 @@ would replay from the nearest tuned shapes of the operator is followed onto the 
 growth (the tile factor, from the outermost, that takes the difference of a loop's extent), and
 every distinct program is measured once, in one batch. Printed: the best and median per neighbour
 and growth, and the best among the seeds of each way of choosing them (those `neighbour_seeds`
-returns, and the outermost growth alone, as before growths were tried).
+returns, the outermost growth alone, and every growth of each record with the neighbours taken
+in turn).
 
     python benchmarks/neighbour_growths.py matmul -p M=512 -p N=512 -p K=512 \\
         --db sqlite:///pretrain.db [--json]
@@ -12,6 +13,7 @@ returns, and the outermost growth alone, as before growths were tried).
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import statistics
 
@@ -28,6 +30,8 @@ from autosched.neighbours import (
 from autosched.search.space import design_space
 from autosched.target import canonical_target, host_target
 from autosched.workloads import get_workload, parse_param_overrides
+
+GROWTHS = range(4)  # the tile factors, from the outermost, a loop of a new extent grows at
 
 
 def main() -> None:
@@ -47,7 +51,7 @@ def main() -> None:
     for neighbour in neighbours:
         replayed = 0
         for record in neighbour.records:
-            followed = follow_record(design, neighbour.workload, record)
+            followed = follow_record(design, neighbour.workload, record, GROWTHS)
             if isinstance(followed, str):
                 continue
             for growth, variant in followed.items():
@@ -67,9 +71,16 @@ def main() -> None:
         if result.median is not None
     }
     outermost = list(dict.fromkeys(digest for _, growth, digest, _ in variants if growth == 0))
+    each_neighbours = [
+        list(dict.fromkeys(digest for shape, _, digest, _ in variants if shape == neighbour.shape))
+        for neighbour in neighbours
+    ]
+    in_turn = itertools.chain.from_iterable(itertools.zip_longest(*each_neighbours))
+    every_growth = list(dict.fromkeys(digest for digest in in_turn if digest is not None))
     ways = {
         "neighbour_seeds": [seed.program_hash for seed in seeds],
         "outermost growth only": outermost[:SEED_RECORDS],
+        "every growth, neighbours in turn": every_growth[:SEED_RECORDS],
     }
     report = {
         "cpu": cpu_name(target),

@@ -23,8 +23,8 @@ from collections.abc import Callable
 import tvm
 from tvm.ir import IRModule
 
-from autosched.bench.models import cpu_name, use_threads
-from autosched.bench.timing import time_repeats
+from autosched.bench.models import cpu_name
+from autosched.bench.timing import time_repeats, use_threads
 from autosched.log import TuningLog
 from autosched.measure.program import timed_program
 from autosched.records import RecordView

@@ -36,8 +36,8 @@ import tvm
 from tvm import relax
 
 from autosched.bench.model_zoo import MODELS
-from autosched.bench.models import MODEL_REPEATS, cpu_name, use_threads, vm_inference
-from autosched.bench.timing import time_repeats
+from autosched.bench.models import MODEL_REPEATS, cpu_name, vm_inference
+from autosched.bench.timing import time_repeats, use_threads
 from autosched.log import TuningLog
 from autosched.model.compile import best_schedules, compile_model, random_model_inputs
 from autosched.model.load import load_model

@@ -24,8 +24,8 @@ import torch
 import tvm
 
 import autosched.model.tasks as model_tasks
-from autosched.bench.models import MODEL_REPEATS, cpu_name, use_threads, vm_inference
-from autosched.bench.timing import time_repeats
+from autosched.bench.models import MODEL_REPEATS, cpu_name, vm_inference
+from autosched.bench.timing import time_repeats, use_threads
 from autosched.log import TuningLog
 from autosched.measure import LocalMeasurer
 from autosched.model.compile import best_schedules, compile_model, random_model_inputs

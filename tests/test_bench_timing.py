@@ -3,9 +3,13 @@ that rotates, so a change of the machine's speed in the middle of a run falls on
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 
-from autosched.bench.timing import time_side_by_side
+import pytest
+
+from autosched.bench.timing import time_side_by_side, use_threads
 
 
 class _Clock:
@@ -48,3 +52,15 @@ def test_a_slowdown_in_the_middle_of_the_run_falls_on_every_contender() -> None:
     for timing in timings.values():
         assert timing.samples[0] < 0.04 and timing.samples[1] < 0.04
         assert min(timing.samples[2:]) > 0.05
+
+
+def test_tvm_runs_on_the_threads_asked_for_in_a_process_started_after(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Left alone, TVM's pool takes half the logical CPUs: one on a 2-vCPU machine."""
+    monkeypatch.setenv("TVM_NUM_THREADS", "1")
+    monkeypatch.setattr("autosched.bench.timing.use_peer_threads", lambda threads: None)
+    use_threads(3)  # not a machine's count, so only the variable can have set it
+    probe = "import tvm; print(tvm.runtime.num_threads())"
+    threads = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert threads.stdout.strip() == "3", threads.stderr

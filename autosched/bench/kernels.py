@@ -17,7 +17,7 @@ import numpy as np
 import tvm
 
 from autosched.bench import plotting as plots
-from autosched.bench.timing import Timing, time_side_by_side
+from autosched.bench.timing import Timing, time_side_by_side, use_threads
 from autosched.errors import UserError
 from autosched.export import best_schedule
 from autosched.handoff import placement
@@ -29,7 +29,7 @@ from autosched.target import to_tvm_target
 from autosched.tuner import TuneOptions, tune
 from autosched.workload import Workload, buffer_args, random_arrays, random_inputs
 from autosched.workloads import get_workload
-from autosched.workloads.peers import Peer, peer_for, use_peer_threads
+from autosched.workloads.peers import Peer, peer_for
 
 
 @dataclass(frozen=True)
@@ -174,8 +174,8 @@ def bench_kernels(
     """
     workloads = [get_workload(case.workload, case.params) for case in cases]  # bad input first
     cores = target.get("num-cores")
-    if isinstance(cores, int) and cores > 0:  # the cores the tuned programs are timed on
-        use_peer_threads(cores)
+    if isinstance(cores, int) and cores > 0:  # the measurer's threads, here and for the peers
+        use_threads(cores)
     with tempfile.TemporaryDirectory(prefix="autosched-bench-") as work:
         log = TuningLog(db_url or f"sqlite:///{Path(work) / 'bench.db'}")
         measurer = LocalMeasurer(target)

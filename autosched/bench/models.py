@@ -35,7 +35,7 @@ from tvm import relax
 
 from autosched.bench import plotting as plots
 from autosched.bench.model_zoo import ZooModel, torch
-from autosched.bench.timing import Timing, time_side_by_side
+from autosched.bench.timing import Timing, time_side_by_side, use_threads
 from autosched.handoff import Placement, placement
 from autosched.log import TuningLog
 from autosched.measure import LocalMeasurer
@@ -221,15 +221,6 @@ def cpu_name(target: dict) -> str:
         f"{fingerprint['cpu_model']} ({target.get('mcpu', 'generic')}, "
         f"{fingerprint['physical_cores']} cores)"
     )
-
-
-def use_threads(threads: int) -> None:
-    """Run TVM and PyTorch on ``threads`` threads: TVM's pool reads ``TVM_NUM_THREADS`` as it
-    starts, in this process and in the processes started after this call (stock MetaSchedule's;
-    left alone, TVM takes half the logical CPUs). ONNX Runtime's sessions are given the number
-    as made."""
-    os.environ["TVM_NUM_THREADS"] = str(threads)
-    torch.set_num_threads(threads)
 
 
 def bench_models(

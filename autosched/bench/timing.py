@@ -10,11 +10,14 @@ middle of the run (``autosched.measure.spells``) falls on all of them alike.
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 from typing import TypeVar
+
+from autosched.workloads.peers import use_peer_threads
 
 PEER_REPEATS = 5
 MIN_REPEAT_SECS = 0.05
@@ -46,6 +49,14 @@ class Timing:
 
 Contender = TypeVar("Contender", bound=Hashable)
 Probe = TypeVar("Probe")
+
+
+def use_threads(threads: int) -> None:
+    """Run TVM and the PyTorch peers on ``threads`` threads: TVM's pool reads ``TVM_NUM_THREADS``
+    as it starts, in this process and in the processes started after this call (left alone, it
+    takes half the logical CPUs), so call this before anything here runs a parallel program."""
+    os.environ["TVM_NUM_THREADS"] = str(threads)
+    use_peer_threads(threads)
 
 
 def time_repeats(call: Callable[[], object], repeats: int = PEER_REPEATS) -> Timing:

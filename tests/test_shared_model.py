@@ -70,11 +70,11 @@ def test_the_shared_model_ranks_a_held_out_workload_better_than_a_model_of_its_o
     shared, per_job = evaluation.mean("shared"), evaluation.mean("per_job")
     assert shared is not None and per_job is not None
     assert shared.pairwise > per_job.pairwise + 0.03
-    assert shared.top5 > 0.9 > 0.7 > per_job.top5
+    assert shared.top5 > 0.9 and shared.top5 > per_job.top5 + 0.1
     assert shared.top1 > per_job.top1 + 0.2
-    matmul = next(item for item in evaluation.held_out if item.workload.startswith("matmul(M=256"))
-    assert matmul.per_job is not None
-    assert matmul.shared.pairwise > 0.65 and matmul.shared.top5 > matmul.per_job.top5
+    conv = next(item for item in evaluation.held_out if "H=28" in item.workload)
+    assert conv.per_job is not None
+    assert conv.shared.pairwise > 0.65 and conv.shared.top5 > conv.per_job.top5
 
 
 def test_a_workload_with_too_few_measurements_to_score_is_not_held_out(

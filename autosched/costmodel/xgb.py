@@ -10,7 +10,8 @@ own latency, 1.0 for the fastest and towards 0 for slow or failed ones, so group
 sizes and speeds share one model. Two objectives learn from those labels: ``throughput`` regresses
 them (squared error of the sums), ``pairwise`` learns only their order within each group (the
 logistic loss of RankNet on pairs of candidates, each against `_PARTNERS` random partners of its
-group in every boosting round).
+group in every boosting round, a pair weighted by how far apart its labels are: misordering a
+fast candidate and a slow one costs more than two within the noise of each other).
 
 A model may start from a pretrained booster (a shared model of the target family): until it is
 fitted it predicts with that booster, and fitting adds a few boosting rounds on its own data.
@@ -216,8 +217,9 @@ def _squared_error_of_sums(data: _TrainingSet) -> _Objective:
 
 
 def _ranknet_of_sums(data: _TrainingSet, rng: np.random.Generator) -> _Objective:
-    """RankNet's logistic loss on pairs of candidates of one group with different labels, the
-    pairs drawn anew each round: each candidate against `_PARTNERS` random ones of its group."""
+    """RankNet's logistic loss on pairs of candidates of one group with different labels, each
+    pair weighted by the difference of its labels; the pairs drawn anew each round: each
+    candidate against `_PARTNERS` random ones of its group."""
     first = np.searchsorted(data.groups, data.groups, side="left")  # where each one's group begins
     size = np.searchsorted(data.groups, data.groups, side="right") - first
     mine = np.repeat(np.arange(len(data.labels)), _PARTNERS)
@@ -226,14 +228,16 @@ def _ranknet_of_sums(data: _TrainingSet, rng: np.random.Generator) -> _Objective
     def objective(margins: np.ndarray, _: xgb.DMatrix) -> tuple[np.ndarray, np.ndarray]:
         sums = _sums(data, margins)
         theirs = first + (rng.random(len(mine)) * size).astype(np.int64)
-        sign = np.sign(data.labels[mine] - data.labels[theirs])
-        ordered = sign != 0
-        i, j, sign = mine[ordered], theirs[ordered], sign[ordered]
+        difference = data.labels[mine] - data.labels[theirs]
+        ordered = difference != 0
+        i, j, difference = mine[ordered], theirs[ordered], difference[ordered]
+        sign, weight = np.sign(difference), np.abs(difference)
         # the modelled chance that the pair is misordered, 1 / (1 + e^x), without overflow
         wrong = np.exp(-np.logaddexp(0.0, sign * (sums[i] - sums[j])))
         n = len(data.labels)
-        gradient = np.bincount(j, sign * wrong, n) - np.bincount(i, sign * wrong, n)
-        curvature = wrong * (1.0 - wrong)
+        pull = weight * sign * wrong
+        gradient = np.bincount(j, pull, n) - np.bincount(i, pull, n)
+        curvature = weight * wrong * (1.0 - wrong)
         hessian = np.bincount(i, curvature, n) + np.bincount(j, curvature, n)
         return gradient[data.owners], np.maximum(hessian, 1e-6)[data.owners]
 

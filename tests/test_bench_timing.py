@@ -7,10 +7,11 @@ import os
 import subprocess
 import sys
 import time
+from itertools import pairwise
 
 import pytest
 
-from autosched.bench.timing import time_side_by_side, use_threads
+from autosched.bench.timing import SETTLE_SECS, time_side_by_side, use_threads
 
 
 class _Clock:
@@ -53,6 +54,26 @@ def test_a_slowdown_in_the_middle_of_the_run_falls_on_every_contender() -> None:
     for timing in timings.values():
         assert timing.samples[0] < 0.04 and timing.samples[1] < 0.04
         assert min(timing.samples[2:]) > 0.05
+
+
+def test_every_repeat_and_probe_starts_after_the_last_ones_threads_have_settled() -> None:
+    """A library's threads spin after its call returns; whatever runs next waits them out."""
+    spans: list[tuple[str, float, float]] = []  # (what, started, ended)
+
+    def timed(name: str, secs: float):
+        def run() -> None:
+            started = time.perf_counter()
+            time.sleep(secs)
+            spans.append((name, started, time.perf_counter()))
+
+        return run
+
+    calls = {"a": timed("a", 0.06), "b": timed("b", 0.06)}
+    time_side_by_side(calls, rounds=2, between=timed("probe", 0.001))
+    changes = [(before, after) for before, after in pairwise(spans) if before[0] != after[0]]
+    assert len(changes) >= 6  # sizing a, sizing b, then two rounds of a, b and the probe
+    for before, after in changes:
+        assert after[1] - before[2] >= SETTLE_SECS
 
 
 def test_tvm_runs_on_the_threads_asked_for_in_a_process_started_after(

@@ -6,6 +6,12 @@ After one warm-up call (and one more that sizes the repeats), ``repeats`` repeat
 sample is the figure, the smallest and largest its spread. Contenders compared in one table are
 timed side by side: in rounds of one repeat of each, so a change in the machine's speed in the
 middle of the run (``autosched.measure.spells``) falls on all of them alike.
+
+Each library's threads spin for a while after its call returns (OpenBLAS's for about 2^28 cycles,
+a tenth of a second; TVM's and OpenMP's for a spin count) and take the cores from whatever runs
+next in the process: on 2 cores a TVM program right after numpy's matmul took 100x its time, and
+numpy's matmul after TVM's up to 15x. So every repeat, sizing and probe starts after
+``SETTLE_SECS`` of quiet.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from autosched.workloads.peers import use_peer_threads
 
 PEER_REPEATS = 5
 MIN_REPEAT_SECS = 0.05
+SETTLE_SECS = 0.25  # quiet before each repeat: the last call's spinning threads have gone to sleep
 
 
 @dataclass(frozen=True)
@@ -80,14 +87,17 @@ def time_side_by_side(
     probes: list[Probe] = []
     for start in range(rounds if names else 0):
         for name in names[start % len(names) :] + names[: start % len(names)]:
+            time.sleep(SETTLE_SECS)
             samples[name].append(_repeat(calls[name], numbers[name]))
         if between is not None:
+            time.sleep(SETTLE_SECS)
             probes.append(between())
     return {name: Timing(tuple(samples[name])) for name in names}, probes
 
 
 def _calls_per_repeat(call: Callable[[], object]) -> int:
     """Calls of ``call`` that last ``MIN_REPEAT_SECS``, after a warm-up call."""
+    time.sleep(SETTLE_SECS)
     call()
     start = time.perf_counter()
     call()

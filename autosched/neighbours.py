@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypeVar
 
 from autosched.errors import UserError
 from autosched.fallback import seed_records
@@ -33,6 +33,8 @@ from autosched.workloads import get_workload
 NEIGHBOURS = 3  # nearest tuned shapes a new shape starts from
 RECORDS_PER_NEIGHBOUR = 6  # the fastest records of each that are replayed
 SEED_RECORDS = 16
+
+Item = TypeVar("Item")
 
 
 @dataclass(frozen=True)
@@ -141,7 +143,7 @@ def neighbour_seeds(
             followed.append(list(programs.values()))
             shapes.append(neighbour.shape)
     seeds: dict[str, RecordView] = {}
-    for variant in _in_turn(followed):
+    for variant in in_turn(followed):
         if len(seeds) == SEED_RECORDS:
             break
         seeds.setdefault(variant.program_hash, variant)
@@ -178,7 +180,7 @@ def follow_record(
     return variants or reason
 
 
-def _in_turn(lists: Sequence[Sequence[RecordView]]) -> Iterator[RecordView]:
+def in_turn(lists: Sequence[Sequence[Item]]) -> Iterator[Item]:
     """The first of each list, then the second of each, and so on."""
     for index in range(max(map(len, lists), default=0)):
         yield from (items[index] for items in lists if index < len(items))

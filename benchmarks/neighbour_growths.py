@@ -13,7 +13,6 @@ in turn).
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import statistics
 
@@ -24,6 +23,7 @@ from autosched.neighbours import (
     RECORDS_PER_NEIGHBOUR,
     SEED_RECORDS,
     follow_record,
+    in_turn,
     nearest_tuned,
     neighbour_seeds,
 )
@@ -75,8 +75,7 @@ def main() -> None:
         list(dict.fromkeys(digest for shape, _, digest, _ in variants if shape == neighbour.shape))
         for neighbour in neighbours
     ]
-    in_turn = itertools.chain.from_iterable(itertools.zip_longest(*each_neighbours))
-    every_growth = list(dict.fromkeys(digest for digest in in_turn if digest is not None))
+    every_growth = list(dict.fromkeys(in_turn(each_neighbours)))
     ways = {
         "neighbour_seeds": [seed.program_hash for seed in seeds],
         "outermost growth only": outermost[:SEED_RECORDS],

@@ -23,7 +23,7 @@ from autosched.export import best_schedule
 from autosched.handoff import placement
 from autosched.log import TuningLog
 from autosched.measure import LocalMeasurer
-from autosched.measure.program import timed_program
+from autosched.measure.program import target_device, timed_program
 from autosched.roofline import Calibration
 from autosched.target import to_tvm_target
 from autosched.tuner import TuneOptions, tune
@@ -252,8 +252,7 @@ def tuned_call(log: TuningLog, workload: Workload, target: dict, seed: int) -> C
     as a call on random arguments that returns once the device is done."""
     mod = timed_program(best_schedule(log, workload, target).schedule.mod)
     main = tvm.compile(mod, target=to_tvm_target(target)).jit()["main"]
-    kind = str(target["kind"])
-    device = tvm.device("cpu" if kind == "llvm" else kind, 0)
+    device = target_device(target)
     arrays = random_arrays(buffer_args(mod["main"], workload.name), workload.num_outputs or 0, seed)
     args = [tvm.runtime.tensor(array, device) for array in arrays]
 

@@ -62,7 +62,8 @@ def _reference_program(ref: WorkloadRef) -> tvm.runtime.Module:
     return _reference_programs[ref.key]
 
 
-def _device(target: dict, index: int) -> tvm.runtime.Device:
+def target_device(target: dict, index: int = 0) -> tvm.runtime.Device:
+    """The device that runs programs of ``target``: the CPU, or the ``index``-th GPU of its kind."""
     kind = str(target["kind"])
     return tvm.device("cpu" if kind == "llvm" else kind, index)
 
@@ -140,7 +141,7 @@ class RunRequest:
     config: MeasureConfig
 
     def execute(self) -> list[float]:
-        dev = _device(self.target, self.config.device_index)
+        dev = target_device(self.target, self.config.device_index)
         args = _timing_args(self.workload, self.args, dev)
         cold = _timed_cold(self.workload, self.target)
         repeat = self.config.cold_repeat if cold else self.config.repeat
@@ -160,7 +161,7 @@ class RoundRequest:
     config: MeasureConfig
 
     def execute(self) -> list[float]:
-        dev = _device(self.target, self.config.device_index)
+        dev = target_device(self.target, self.config.device_index)
         cold = _timed_cold(self.workload, self.target)
         timing_args: dict[ArgSpecs, list] = {}
         samples = []
@@ -227,7 +228,7 @@ class VerifyRequest:
     def execute(self) -> str | None:
         workload = _workload(self.workload)
         inputs = random_inputs(workload, self.seed)
-        dev = _device(self.target, self.device_index)
+        dev = target_device(self.target, self.device_index)
         args = _to_device(inputs, dev)
         tvm.runtime.load_module(self.artifact_path)["main"](*args)
         dev.sync()

@@ -9,14 +9,22 @@ took 2.5x as long, while the FMA loop (arithmetic alone) and one core's streams 
 caches kept their speed. The handoff sees it: each core writes a slab that fits its own cache,
 then each sums the slab its neighbour wrote, so every byte of the second pass crosses from one
 core to another (on that host 36 us a call near, 132 us far). Beside the same work with each
-core reading back its own slab (the own read, which no placement slows), it tells the placement
-without a reading to compare with: `placement`.
+core reading back its own slab (the own read, which no placement slows), each reading is a ratio
+that the machine's speed and load cancel out of: `placement`.
+
+What ratio means "far" differs from CPU to CPU: on the Zen 4 host the handoff took 36 to 46 us
+near and 130 to 161 far against own reads of about 8 us (4.5 to 5.7 and 16 to 20 times), on a
+Zen 5 host 1.6 to 2.6 times its own read near and 6.4 to 8.1 times far, so no threshold reads one
+ratio right on both. The readings of one run are read against each other
+instead (`farther`): two placements show as two clusters of ratios, far apart.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 
 import numpy as np
 import tvm
@@ -60,9 +68,9 @@ def handoff(cores: int, floats: int = SLAB_FLOATS, offset: int = 1) -> tvm.IRMod
     return tvm.IRModule({"main": main})
 
 
-FAR = 2.0
-"""A handoff that takes more than this many times as long as the cores' reads of their own slabs:
-the cores share no cache (near, the two took the same time on a Zen 4 host)."""
+SPLIT = 2.0
+"""The least factor between the ratios of two readings of one run that were taken with the cores
+placed differently; within a placement the ratio moved by at most 1.7x in the runs above."""
 
 
 @dataclass(frozen=True)
@@ -78,9 +86,17 @@ class Placement:
         """The handoff over the own read: 1 where handing data over costs nothing more."""
         return self.handoff_secs / self.own_read_secs
 
-    @property
-    def far(self) -> bool:
-        return self.ratio > FAR
+
+def farther(readings: Sequence[Placement]) -> list[bool]:
+    """Which of one run's readings were taken with the cores farther apart than the rest: those
+    above the widest gap between the sorted ratios, where that gap is over `SPLIT`; none where no
+    gap is (one placement throughout, whichever it was)."""
+    ratios = sorted(reading.ratio for reading in readings)
+    gaps = [(high / low, high) for low, high in pairwise(ratios)]
+    widest, threshold = max(gaps, default=(1.0, 0.0))
+    if widest <= SPLIT:
+        return [False] * len(readings)
+    return [reading.ratio >= threshold for reading in readings]
 
 
 # per process: the handoffs built here, by target (its JSON) and offset, with their arguments

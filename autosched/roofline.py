@@ -159,7 +159,7 @@ def describe_calibration(calibration: Calibration) -> str:
     cores_placed = calibration.placement
     if cores_placed is not None:
         parts.append(
-            f"cores {'far apart' if cores_placed.far else 'near'} (handoff "
+            f"cores hand data over in {cores_placed.ratio:.1f}x their own reads (handoff "
             f"{calibration.handoff_us:.1f} us, own read {calibration.own_read_us:.1f} us)"
         )
     return "; ".join(parts)

@@ -2,8 +2,8 @@
 it costs a tuned program. Side by side in each round (``autosched.bench.timing``): the FMA loop
 (arithmetic on every core) and the workload's best program in the log, built as its candidates
 are timed; after each round the placement (``autosched.handoff.placement``: data each core
-writes and the next reads, against each core reading back its own). A round whose handoff took
-more than ``FAR`` times the own read is counted far.
+writes and the next reads, against each core reading back its own). The rounds read farther
+apart than the others (``autosched.handoff.farther``) are counted far.
 
     python benchmarks/core_placement.py conv2d_nhwc_winograd -p weights=weight \\
         --db sqlite:///log.db [--rounds 40] [--json]
@@ -21,7 +21,7 @@ from kernel_stages import logged_best
 from autosched.bench.models import cpu_name
 from autosched.bench.timing import time_side_by_side
 from autosched.fmaloop import built_fma_loop
-from autosched.handoff import FAR, placement
+from autosched.handoff import farther, placement
 from autosched.target import to_tvm_target
 from autosched.workload import buffer_args, random_arrays
 
@@ -48,7 +48,7 @@ def main() -> None:
         "handoff": [reading.handoff_secs * 1e6 for reading in placements],
         "own read": [reading.own_read_secs * 1e6 for reading in placements],
     } | {name: [secs * 1e6 for secs in timing.samples] for name, timing in timings.items()}
-    far = [reading.far for reading in placements]
+    far = farther(placements)
     report = {
         "cpu": cpu_name(target),
         "workload": workload.name,
@@ -71,7 +71,7 @@ def main() -> None:
         print(json.dumps(report, indent=1))
         return
     print(f"{workload.name} {workload.params} on {report['cpu']}")
-    print(f"{report['far_rounds']} of {args.rounds} rounds far (handoff > {FAR} x the own read)")
+    print(f"{report['far_rounds']} of {args.rounds} rounds far (read farther apart than the rest)")
     names = list(samples)
     print("round  " + "  ".join(f"{name:>10}" for name in names) + "  (us)")
     for index in range(args.rounds):

@@ -61,7 +61,8 @@ def test_a_tiny_run_reports_every_contender_of_the_mlp(tmp_path: Path) -> None:
     rounds = row["latency"]["autosched"]["repeats"]
     assert len(row["handoff_us"]) == len(row["own_read_us"]) == rounds
     assert all(us > 0 for us in row["handoff_us"] + row["own_read_us"])
-    assert sum(reading["rounds"] for reading in row["by_placement"].values()) == rounds
+    placements = row["by_placement"]  # empty where the cores stayed in one placement
+    assert not placements or sum(reading["rounds"] for reading in placements.values()) == rounds
     ours = row["latency"]["autosched"]["median_us"]
     assert set(row["autosched_speedup"]) == CONTENDERS - {"autosched"}
     assert row["autosched_speedup"].pop("tvm_metaschedule") is None
@@ -94,8 +95,9 @@ def test_rounds_timed_near_and_far_are_read_apart() -> None:
     document = row.as_json()["by_placement"]
     assert document["near"]["autosched_speedup"] == {"onnxruntime": pytest.approx(15 / 11)}
     assert document["far"]["median_us"]["autosched"] == pytest.approx(29000)
-    always_near = ModelRow(**{**row.__dict__, "placements": (near,) * 5})
-    assert [reading.name for reading in always_near.by_placement()] == ["near"]
+    always_far = ModelRow(**{**row.__dict__, "placements": (far,) * 5})
+    assert always_far.by_placement() == []
+    assert always_far.as_json()["by_placement"] == {}
 
 
 def test_an_unknown_model_is_one_line_and_exit_code_2(cli: Cli) -> None:

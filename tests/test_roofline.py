@@ -111,7 +111,7 @@ def test_a_faster_measurement_raises_the_peak_and_a_slower_one_does_not() -> Non
     assert "peak 138.0 GFLOP/s" in line and "raised by numpy on matmul" in line
     assert "theoretical 156.8 GFLOP/s = 2 cores x 2 FMA" in line
     assert "other processes 1.10 cores" in line
-    assert "cores far apart (handoff 80.2 us, own read 19.1 us)" in line
+    assert "cores hand data over in 4.2x their own reads (handoff 80.2 us, own read 19.1" in line
 
 
 def test_a_calibration_file_from_before_the_load_check_still_loads(tmp_path: Path) -> None:
@@ -171,7 +171,9 @@ def test_the_fma_loop_is_timed_in_a_process_whose_threads_span_the_targets_cores
         pytest.approx(20),
         pytest.approx(19),
     )
-    assert "cores near (handoff 20.0 us, own read 19.0 us)" in describe_calibration(calibration)
+    assert "in 1.1x their own reads (handoff 20.0 us, own read 19.0 us)" in describe_calibration(
+        calibration
+    )
 
 
 def test_the_fma_loop_reports_its_rate_and_the_cpu_time_it_took() -> None:

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import tvm
 
-from autosched.handoff import handoff
+from autosched.handoff import Placement, farther, handoff
 from autosched.measure import LocalMeasurer, MeasureConfig
 from autosched.measure.spells import CONTROL_EVERY, RETIMES, SLOW_SPELL, SpellWatch
 from autosched.records import BASELINE_TRACE, ErrorKind, MeasureResult
@@ -175,3 +175,24 @@ def test_the_handoff_sums_on_each_core_the_slab_its_neighbour_wrote_the_own_read
     np.testing.assert_allclose(sums.numpy(), rows * seed + sum(range(rows)))
     with pytest.raises(ValueError, match="multiple of 16"):
         handoff(cores, 40)
+
+
+def test_a_runs_readings_split_near_from_far_at_their_widest_gap_only_where_it_is_wide() -> None:
+    # (handoff us, own read us) of ResNet-18's ten timing rounds on a Zen 5 host: seven near
+    # (1.6 to 2.6x the own read), then three far (6.4 to 8.1x)
+    zen5 = [
+        Placement(handoff * 1e-6, own * 1e-6)
+        for handoff, own in [
+            (12.7, 5.4), (11.3, 4.8), (11.9, 5.0), (12.1, 7.5), (11.8, 5.2),
+            (13.6, 5.6), (12.4, 4.7), (43.1, 6.7), (50.6, 7.6), (56.6, 7.0),
+        ]
+    ]  # fmt: skip
+    assert farther(zen5) == [False] * 7 + [True] * 3
+    # near on a Zen 4 host (about 5x) is a larger ratio than far on the Zen 5 (about 7x):
+    # read against each other within each run, both split right
+    zen4 = [Placement(36e-6, 8e-6), Placement(140e-6, 8e-6), Placement(46e-6, 8e-6)]
+    assert farther(zen4) == [False, True, False]
+    # one placement throughout, whichever: nothing is read far, nor is a single reading
+    assert farther(zen5[7:]) == [False] * 3
+    assert farther(zen4[:1]) == [False]
+    assert farther([]) == []

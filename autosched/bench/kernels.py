@@ -20,7 +20,7 @@ from autosched.bench import plotting as plots
 from autosched.bench.timing import Timing, time_side_by_side, use_threads
 from autosched.errors import UserError
 from autosched.export import best_schedule
-from autosched.handoff import placement
+from autosched.handoff import farther, placement
 from autosched.log import TuningLog
 from autosched.measure import LocalMeasurer
 from autosched.measure.program import target_device, timed_program
@@ -85,7 +85,8 @@ class KernelRow:
 
     ``tuned_us`` and ``peer_us`` are medians of ``rounds`` rounds of side-by-side timing,
     ``tuned_spread_us`` and ``peer_spread_us`` their smallest and largest samples, ``far_rounds``
-    the rounds after which the cores were read far apart (`autosched.handoff.Placement.far`).
+    the rounds after which the cores were read farther apart than after the others
+    (`autosched.handoff.farther`).
     ``untuned_us`` and ``searched_us`` (the best candidate as the search timed it) are the
     search's own measurements.
 
@@ -241,7 +242,7 @@ def _bench_one(
         tuned_spread_us=_spread_us(tuned),
         peer_spread_us=_spread_us(peer_timing),
         rounds=KERNEL_ROUNDS if calls else 0,
-        far_rounds=sum(reading.far for reading in placements),
+        far_rounds=sum(farther(placements)),
     )
     return row.against(calibration)
 

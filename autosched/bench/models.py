@@ -36,7 +36,7 @@ from tvm import relax
 from autosched.bench import plotting as plots
 from autosched.bench.model_zoo import ZooModel, torch
 from autosched.bench.timing import Timing, time_side_by_side, use_threads
-from autosched.handoff import Placement, placement
+from autosched.handoff import Placement, farther, placement
 from autosched.log import TuningLog
 from autosched.measure import LocalMeasurer
 from autosched.model.compile import (
@@ -109,8 +109,9 @@ class Latency:
 
 @dataclass(frozen=True)
 class PlacementMedians:
-    """The rounds of a model's timing in which the cores were near (or far, ``far``): how many,
-    and each timed contender's median over them."""
+    """The rounds of a model's timing in which the cores were nearer (or farther, ``far``) than in
+    the others (`autosched.handoff.farther`): how many, and each timed contender's median over
+    them."""
 
     far: bool
     rounds: int
@@ -143,7 +144,7 @@ class ModelRow:
     measurements autosched made of it (a task the log had tuned is reused, not measured);
     ``estimated_us`` the sum of weight x latency over its tasks as tuning timed them, to read
     beside the model's measured latency; ``placements`` the cores' placement read after each
-    round of timing, so that the rounds timed near and far can be read apart."""
+    round of timing, so that rounds timed in different placements can be read apart."""
 
     model: str
     summary: str
@@ -174,17 +175,20 @@ class ModelRow:
         return None if ours is None or theirs is None else theirs / ours
 
     def by_placement(self) -> list[PlacementMedians]:
-        """The rounds timed near, then those timed far; a placement with no round left out."""
+        """The rounds timed with the cores nearer, then those timed farther; none where the cores
+        stayed in one placement throughout."""
+        far_rounds = farther(self.placements)
+        if not any(far_rounds):
+            return []
         readings = []
         for far in (False, True):
-            rounds = [index for index, reading in enumerate(self.placements) if reading.far == far]
-            if rounds:
-                medians = {
-                    lat.contender: statistics.median(lat.timing.samples[i] for i in rounds) * 1e6
-                    for lat in self.latencies
-                    if lat.timing is not None
-                }
-                readings.append(PlacementMedians(far, len(rounds), medians))
+            rounds = [index for index, is_far in enumerate(far_rounds) if is_far == far]
+            medians = {
+                lat.contender: statistics.median(lat.timing.samples[i] for i in rounds) * 1e6
+                for lat in self.latencies
+                if lat.timing is not None
+            }
+            readings.append(PlacementMedians(far, len(rounds), medians))
         return readings
 
     def as_json(self) -> dict[str, object]:

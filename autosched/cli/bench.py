@@ -320,7 +320,6 @@ def models(
 def _print_model_row(row: ModelRow) -> None:
     """A model's contenders as a table, and what autosched's tuning found."""
     from autosched.bench.models import Contender
-    from autosched.handoff import FAR
 
     table = Table(
         "contender", "median ms", "spread ms", "autosched speedup", "tuning s", "note",
@@ -355,14 +354,17 @@ def _print_model_row(row: ModelRow) -> None:
     )
     if row.placements:
         handoffs = [reading.handoff_secs * 1e6 for reading in row.placements]
+        ratios = [reading.ratio for reading in row.placements]
+        placements = row.by_placement()
         _out.print(
             f"timed in {len(row.placements)} rounds side by side; the cores handed data over in "
-            f"{min(handoffs):.1f} to {max(handoffs):.1f} us a round (autosched.handoff; far: "
-            f"more than {FAR:g}x the cores' reads of their own data, cores that share no cache)",
+            f"{min(handoffs):.1f} to {max(handoffs):.1f} us a round, {min(ratios):.1f} to "
+            f"{max(ratios):.1f} times their reads of their own data (autosched.handoff): "
+            + ("two placements, near and far" if placements else "one placement throughout"),
             highlight=False,
             soft_wrap=True,
         )
-        for reading in row.by_placement():
+        for reading in placements:
             speedups = ", ".join(
                 f"{contender.label} {_number(reading.speedup_over(contender), 2)}"
                 for contender in reading.median_us

@@ -131,8 +131,13 @@ def test_a_local_measurer_times_again_what_it_timed_while_every_core_was_taken()
             spell.join()
         assert measurer.spells > before
         assert all(r.ok for r in slowed)
-        fastest_quiet = min(r.median for r in quiet if r.median is not None)
-        assert min(r.median for r in slowed if r.median is not None) < 1.5 * fastest_quiet
+        # the machine's own speed may change over the three batches (another test's load, the
+        # host moving the cores apart): the slowed batch is read against the quiet ones around it
+        after = measurer.measure(ref, traces)
+        quiet_latency = max(
+            min(r.median for r in batch if r.median is not None) for batch in (quiet, after)
+        )
+        assert min(r.median for r in slowed if r.median is not None) < 1.5 * quiet_latency
     finally:
         measurer.close()
 

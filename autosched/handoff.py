@@ -15,8 +15,8 @@ that the machine's speed and load cancel out of: `placement`.
 What ratio means "far" differs from CPU to CPU: on the Zen 4 host the handoff took 36 to 46 us
 near and 130 to 161 far against own reads of about 8 us (4.5 to 5.7 and 16 to 20 times), on a
 Zen 5 host 1.6 to 2.6 times its own read near and 6.4 to 8.1 times far, so no threshold reads one
-ratio right on both. The readings of one run are read against each other
-instead (`farther`): two placements show as two clusters of ratios, far apart.
+ratio right on both. The readings of one run are read against each other instead (`farther`):
+two placements show as two clusters of ratios, far apart.
 """
 
 from __future__ import annotations

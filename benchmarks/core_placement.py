@@ -49,6 +49,8 @@ def main() -> None:
         "own read": [reading.own_read_secs * 1e6 for reading in placements],
     } | {name: [secs * 1e6 for secs in timing.samples] for name, timing in timings.items()}
     far = farther(placements)
+    # with no round read farther than the rest, every round was timed in one placement, near or far
+    states = (("near", False), ("far", True)) if any(far) else (("one placement", False),)
     report = {
         "cpu": cpu_name(target),
         "workload": workload.name,
@@ -62,8 +64,7 @@ def main() -> None:
                 )
                 for name, values in samples.items()
             }
-            for state, wanted in (("near", False), ("far", True))
-            if wanted in far
+            for state, wanted in states
         },
         "rounds_us": samples,
     }
@@ -79,7 +80,7 @@ def main() -> None:
         print(f"{index:5}  {values}{'  far' if far[index] else ''}")
     for state, medians in report["medians_us"].items():
         values = ", ".join(f"{name} {us:.1f}" for name, us in medians.items())
-        print(f"median of the {state} rounds: {values}")
+        print(f"{state} rounds, medians: {values}")
 
 
 if __name__ == "__main__":

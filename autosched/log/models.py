@@ -178,6 +178,7 @@ class TuningJob(Base):
         CheckConstraint("trials >= 0", name="trials"),
         CheckConstraint("batch_size >= 1", name="batch_size"),
         Index(None, "workload_id", "target_id"),
+        Index(None, "owner", "status"),
     )
 
     id: Mapped[IntPk]
@@ -198,6 +199,9 @@ class TuningJob(Base):
     cost_model_id: Mapped[int | None] = mapped_column(ForeignKey("cost_models.id"))
     # Why the job ended before spending its budget (None: it spent it, or it has not ended).
     stop_reason: Mapped[str | None] = mapped_column(String(255))
+    # The principal of the client token that submitted it (None: stored before jobs had owners,
+    # or run by `autosched tune`; only an admin sees it).
+    owner: Mapped[str | None] = mapped_column(String(64))
 
 
 class Candidate(Base):
@@ -490,6 +494,7 @@ class ModelJob(Base):
         CheckConstraint("batch_size >= 1", name="batch_size"),
         CheckConstraint("finalists >= 0", name="finalists"),
         CheckConstraint("final_rounds >= 1", name="final_rounds"),
+        Index(None, "owner", "status"),
     )
 
     id: Mapped[IntPk]
@@ -509,6 +514,9 @@ class ModelJob(Base):
     finished_at: Mapped[datetime | None]
     reason: Mapped[str | None] = mapped_column(Text)
     output_check: Mapped[JsonDict | None]
+    # The principal of the client token that submitted it (None: stored before model jobs had
+    # owners; only an admin sees it).
+    owner: Mapped[str | None] = mapped_column(String(64))
 
 
 class ModelJobTask(Base):

@@ -2,6 +2,9 @@
 tuning log on it; ``cli`` runs the command line in the test's process. Plain helpers live in
 ``helpers.py``.
 
+Where bubblewrap cannot sandbox measuring processes here, the suite runs the service unsandboxed
+(``AUTOSCHED_UNSAFE_NO_SANDBOX``), says so in its header, and the sandbox's own tests skip.
+
 The PostgreSQL variant gets a fresh database per test on the server at ``$AUTOSCHED_TEST_PG``
 (default ``postgresql+psycopg://root@127.0.0.1:5432/test``) and is skipped if that is unreachable.
 """
@@ -22,8 +25,20 @@ from sqlalchemy.pool import NullPool
 
 from autosched.cli.main import main
 from autosched.log import TuningLog
+from autosched.measure import sandbox
 
 PG_ADMIN_URL = os.environ.get("AUTOSCHED_TEST_PG", "postgresql+psycopg://root@127.0.0.1:5432/test")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if not sandbox.current().contained:
+        os.environ[sandbox.UNSAFE_VARIABLE] = "1"
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    if sandbox.current().contained:
+        return f"sandbox: bubblewrap, measuring processes run as uid {sandbox.current().uid}"
+    return "sandbox: NONE (install bubblewrap): the service runs unsandboxed, its tests skip"
 
 
 @pytest.fixture(scope="session")
@@ -76,7 +91,8 @@ def cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp
     ``AUTOSCHED_*`` variable set; returns its exit code and output. Tests of what a real process
     does (signals, a server) spawn one with ``helpers.autosched`` instead."""
     for name in [name for name in os.environ if name.startswith("AUTOSCHED_")]:
-        monkeypatch.delenv(name)
+        if name != sandbox.UNSAFE_VARIABLE:
+            monkeypatch.delenv(name)
 
     def run(*args: str, cwd: Path = tmp_path) -> CliResult:
         monkeypatch.chdir(cwd)

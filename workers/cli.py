@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
-from autosched.cli.options import DEFAULT_SERVER, ServerOpt
+from autosched.cli.options import DEFAULT_SERVER, ServerOpt, UnsafeNoSandboxOpt
 from autosched.errors import UserError
 
 WorkerTokenOpt = Annotated[
@@ -38,15 +38,17 @@ def worker(
     ] = "auto",
     device: Annotated[int, typer.Option(min=0, help="Index of the GPU to measure on.")] = 0,
     batch: Annotated[int, typer.Option(min=1, max=1024, help="Candidates per lease.")] = 8,
+    unsafe_no_sandbox: UnsafeNoSandboxOpt = False,
 ) -> None:
     """Measure candidates for a server: lease, build and time them here, report; until SIGTERM."""
     import threading
 
     from autosched.client import ServiceClient
-    from autosched.measure import MeasureConfig
+    from autosched.measure import MeasureConfig, sandbox
     from autosched.signals import stop_on_signals
     from autosched.workers.daemon import WorkerDaemon
 
+    sandbox.require(unsafe=unsafe_no_sandbox)
     token = _token(token, token_file)
     target_json = _worker_target(target)
     stop = threading.Event()

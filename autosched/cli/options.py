@@ -59,3 +59,13 @@ def open_log(db: str | None, *, must_exist: bool, read_only: bool = False) -> Tu
         if parsed.get_backend_name() == "sqlite" and path and not Path(path).exists():
             raise UserError(f"no tuning log at {path}; run `autosched tune` first or pass --db")
     return TuningLog(url, migrate=not read_only)
+
+UnsafeNoSandboxOpt = Annotated[
+    bool,
+    typer.Option(
+        "--unsafe-no-sandbox",
+        envvar="AUTOSCHED_UNSAFE_NO_SANDBOX",
+        help="Build and run programs from others without bubblewrap's sandbox, where it is "
+        "missing: they could then read this machine's files and reach its network.",
+    ),
+]

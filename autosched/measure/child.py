@@ -5,22 +5,21 @@ noticed; either way the next request gets a fresh process. Children are also rec
 number of requests so that leaks (loaded libraries, allocator growth) never accumulate.
 
 Each child is forked by this process's fork server (``forkserver.py``), which has TVM loaded, and
-runs in a scratch directory of its own, removed with it, under the resource limits of
-``serving.py``.
+runs in the sandbox (``sandbox.py``), in a scratch directory of its own, removed with it, under the
+resource limits of ``serving.py``. Its replies are JSON (``replies.py``), never unpickled here.
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
 import shutil
 import signal
 import socket
 import subprocess
-import tempfile
 from multiprocessing.connection import Connection
 from typing import Any
 
+from autosched.measure import replies, sandbox
 from autosched.measure.forkserver import ForkedChild, ForkServerLost, fork_server
 from autosched.measure.serving import Request, ResourceLimits
 
@@ -79,11 +78,11 @@ class ChildProcess:
         if self._process is not None and self._alive(self._process):
             return
         self._kill()
-        self._scratch = tempfile.mkdtemp(prefix="autosched-child-")
+        self._scratch = str(sandbox.scratch_dir("autosched-child-"))
         parent_socket, child_socket = socket.socketpair()
         with parent_socket, child_socket:
             self._process = fork_server().spawn(
-                child_socket, self._scratch, {**os.environ, **self._env}, self._limits
+                child_socket, self._scratch, sandbox.child_environment(self._env), self._limits
             )
             self._conn = Connection(parent_socket.detach())
         self._ready, self._served = False, 0
@@ -109,10 +108,15 @@ class ChildProcess:
             self._kill()
             raise ChildTimeout(f"no result after {timeout_secs:g} s; the process was killed")
         try:
-            status, value = conn.recv()
+            status, value = replies.decode(
+                conn.recv_bytes(replies.MAX_REPLY_BYTES), replies.result_type(request)
+            )
         except (EOFError, ConnectionResetError, OSError):
             exitcode = self._kill()
             raise ChildDied(f"the measuring process {_describe_exit(exitcode)}") from None
+        except replies.BadReply as error:
+            self._kill()
+            raise ChildDied(str(error)) from None
         self._served += 1
         if self._served >= self._max_requests:
             self.close()
@@ -140,7 +144,7 @@ class ChildProcess:
             self._kill()
             raise ChildDied(f"the measuring process did not start in {STARTUP_TIMEOUT_SECS:g} s")
         try:
-            self._conn.recv()
+            self._conn.recv_bytes(replies.MAX_REPLY_BYTES)
         except (EOFError, ConnectionResetError, OSError):
             exitcode = self._kill()
             raise ChildDied(f"the measuring process {_describe_exit(exitcode)} at start") from None

@@ -15,7 +15,8 @@ Protocol, over a ``SOCK_SEQPACKET`` socket pair (one message per packet):
   requests; ``{"exited": pid, "code": code}`` once the server has reaped it (``code`` as
   ``subprocess`` gives it: negative for the signal that killed it).
 
-The parent signals and watches a child through its pidfd, which names that process and no other
+The server runs in the sandbox (``sandbox.py``), and its children with it. The parent signals and
+watches a child through its pidfd, which names that process and no other
 even after its pid is reused; the exit code comes from the server, the child's real parent. The
 server ends when the parent does, killing the children it still has. Linux only (pidfds).
 """
@@ -36,6 +37,7 @@ from collections import deque
 from dataclasses import asdict
 from multiprocessing.connection import Connection
 
+from autosched.measure import sandbox
 from autosched.measure.serving import ResourceLimits, serve
 
 STARTUP_TIMEOUT_SECS = 120.0
@@ -134,10 +136,13 @@ class _ServerProcess:
         self._lock = threading.Lock()
         parent_end, server_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         with server_end:
+            fd = str(server_end.fileno())
             self._process = subprocess.Popen(
-                [sys.executable, "-m", "autosched.measuring", str(server_end.fileno())],
+                sandbox.current().server_command("autosched.measuring", fd),
                 pass_fds=[server_end.fileno()],
                 stdin=subprocess.DEVNULL,
+                cwd=sandbox.scratch_root(),
+                env=sandbox.child_environment({}),
             )
         self._control: socket.socket | None = parent_end
         self._pending: deque[ForkedChild] = deque()

@@ -10,7 +10,6 @@ from __future__ import annotations
 import math
 import queue
 import shutil
-import tempfile
 import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -19,6 +18,7 @@ from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 from autosched.errors import Cancelled
+from autosched.measure import sandbox
 from autosched.measure.child import ChildDied, ChildProcess, ChildTimeout, Request, RequestFailed
 from autosched.measure.config import MeasureConfig
 from autosched.measure.program import BuildRequest, Built, RoundRequest, RunRequest, VerifyRequest
@@ -120,8 +120,9 @@ class LocalMeasurer:
         self._control_fails = False
         for child in [*self._all_builders, self._runner]:
             child.start()
-        self._workdir = Path(tempfile.mkdtemp(prefix="autosched-measure-"))
+        self._workdir = sandbox.scratch_dir("autosched-measure-")
         (self._workdir / "fastest").mkdir()
+        sandbox.give_to_sandbox(self._workdir / "fastest")
         self._batch = 0
         self._artifacts: dict[_Program, str] = {}  # its library in this batch
         self._builds: dict[str, Built] = {}  # library: how it was built
@@ -282,6 +283,7 @@ class LocalMeasurer:
         }
         self._batch += 1
         (self._workdir / f"batch-{self._batch}").mkdir()
+        sandbox.give_to_sandbox(self._workdir / f"batch-{self._batch}")
         self._artifacts = {}
 
     def _build(

@@ -2,7 +2,8 @@
 
 A child sets its limits itself: its address space, the CPU time of each request (renewed before
 every request, so a request that spins is killed by the kernel even if the parent missed it), and
-its open files. Failures of a request are data for the parent: its error text goes back.
+its open files. Failures of a request are data for the parent: its error text goes back. Requests
+come pickled from the parent; replies go back as JSON (``replies.py``).
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ import signal
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any, Protocol
+
+from autosched.measure import replies
 
 _ERROR_TEXT_LIMIT = 2000
 
@@ -65,7 +68,7 @@ def serve(conn: Connection, limits: ResourceLimits) -> None:
     _lower_limit(resource.RLIMIT_NOFILE, limits.open_files)
     import tvm  # noqa: F401  (loaded before "ready" so that start-up is not charged to a request)
 
-    conn.send(("ready", None))
+    conn.send_bytes(replies.encode("ready", None))
     while True:
         try:
             request = conn.recv()
@@ -75,7 +78,7 @@ def serve(conn: Connection, limits: ResourceLimits) -> None:
             return
         _cpu_budget(limits.cpu_secs_per_request)
         try:
-            reply = ("ok", request.execute())
+            reply = replies.encode("ok", request.execute())
         except Exception as error:  # every failure of a candidate is data for the parent
-            reply = ("error", error_text(error))
-        conn.send(reply)
+            reply = replies.encode("error", error_text(error))
+        conn.send_bytes(reply)

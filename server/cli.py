@@ -27,6 +27,7 @@ from autosched.cli.options import (
     ParamOpt,
     ServerOpt,
     TokenOpt,
+    UnsafeNoSandboxOpt,
 )
 from autosched.errors import UserError
 from autosched.finalists import FINALISTS, MAX_FINALISTS, MAX_ROUNDS, ROUNDS
@@ -81,16 +82,19 @@ def serve(
             "--no-auth", help="Serve without tokens; loopback hosts only [AUTOSCHED_NO_AUTH]."
         ),
     ] = False,
+    unsafe_no_sandbox: UnsafeNoSandboxOpt = False,
 ) -> None:
     """Serve the REST API (docs at /docs), the dashboard (at /) and the search engine that drives
     the submitted jobs."""
     import uvicorn
 
     from autosched.log import TuningLog
+    from autosched.measure import sandbox
     from autosched.server.api.app import create_app
     from autosched.server.settings import load_settings
 
     settings = load_settings(db_url=db, host=host, port=port, no_auth=no_auth or None)
+    sandbox.require(unsafe=unsafe_no_sandbox)  # its model builds and any local worker's
     TuningLog(settings.db_url).close()  # a bad URL or database fails here, in one line
     app = create_app(settings, background=_background(settings, local_worker))
     uvicorn.run(app, host=settings.host, port=settings.port)

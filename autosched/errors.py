@@ -1,8 +1,8 @@
 """Errors that reach the user as one clear line: exit code 2 on the CLI, a 4xx over HTTP.
 
 The service maps them to HTTP in one place (``autosched.server.api.app``): ``UserError`` is a
-422, ``NotFound`` a 404, ``Conflict`` a 409 and ``TooLarge`` a 413. Code below the routes raises
-these, never HTTP.
+422, ``NotFound`` a 404, ``Conflict`` a 409, ``TooLarge`` a 413 and ``OverLimit`` a 429. Code
+below the routes raises these, never HTTP.
 """
 
 
@@ -27,6 +27,11 @@ class Conflict(UserError):
 
 class TooLarge(UserError):
     """What the request sends is over a limit of the server (an uploaded model file)."""
+
+
+class OverLimit(UserError):
+    """The request would take the caller past a per-client limit of the server (its jobs in the
+    queue); it may retry once some of them have ended."""
 
 
 class Cancelled(Exception):

@@ -93,9 +93,16 @@ def admit_upload(filename: str | None, data: bytes, *, max_bytes: int) -> Upload
 
 
 def submit_model(
-    log: TuningLog, upload: Upload, fields: ModelJobCreate, target: dict, *, max_input_bytes: int
+    log: TuningLog,
+    upload: Upload,
+    fields: ModelJobCreate,
+    target: dict,
+    *,
+    max_input_bytes: int,
+    owner: str | None = None,
+    max_open: int | None = None,
 ) -> int:
-    """Make an admitted upload a queued model job for ``target``; returns its id.
+    """Make an admitted upload a queued model job of ``owner`` for ``target``; returns its id.
 
     The file is imported and its tasks extracted before anything is stored; then the tasks'
     workloads and the model job with its file are.
@@ -104,6 +111,7 @@ def submit_model(
         UserError: the file is not a self-contained ONNX model, an operator is not supported
             (named), an input's shape is not static and ``fields.inputs`` do not fix it, or the
             inputs hold over ``max_input_bytes``.
+        OverLimit: ``owner`` has ``max_open`` model jobs queued or running already.
     """
     target = canonical_target(target)
     with _model_file(upload.data, upload.name, fields.inputs, label=upload.label) as model:
@@ -137,6 +145,8 @@ def submit_model(
             tasks=entries,
             finalists=fields.finalists,
             final_rounds=fields.final_rounds,
+            owner=owner,
+            max_open=max_open,
         )
 
 

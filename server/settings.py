@@ -16,7 +16,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from autosched.admission import DEFAULT_MAX_PROGRAM_BYTES
 from autosched.errors import UserError
 from autosched.log.tokens import MIN_TOKEN_CHARS, Role
-from autosched.protocol import problem_line
+from autosched.protocol import MAX_TRIALS, problem_line
 
 ENV_PREFIX = "AUTOSCHED_"
 
@@ -53,6 +53,15 @@ class Settings(BaseSettings):
     claim_secs: float = Field(30.0, gt=0, description="How long an engine's claim on a job holds.")
     max_program_bytes: int = Field(
         DEFAULT_MAX_PROGRAM_BYTES, ge=1, description="Buffer bytes a submitted program may hold."
+    )
+    max_job_trials: int = Field(
+        20_000, ge=1, le=MAX_TRIALS, description="Most trials a job or model job may ask for."
+    )
+    max_client_jobs: int = Field(
+        16, ge=1, description="Most queued or running jobs a client may have (model rounds apart)."
+    )
+    max_client_model_jobs: int = Field(
+        4, ge=1, description="Most queued or running model jobs a client may have."
     )
     client_token: SecretStr | None = Field(None, description="A client token to accept.")
     worker_token: SecretStr | None = Field(None, description="A worker token to accept.")

@@ -636,7 +636,7 @@ def test_a_worker_leases_a_jobs_final_and_reports_its_timings(api: Api) -> None:
 
 def test_the_client_raises_the_servers_message_or_service_unavailable(api: Api) -> None:
     client = ServiceClient("http://testserver", api.tokens[Role.WORKER], http=api.http)
-    with pytest.raises(UserError, match=r"needs a client token \(HTTP 403\)"):
+    with pytest.raises(UserError, match=r"needs a client or admin token \(HTTP 403\)"):
         client.jobs()
     failing = httpx.Client(
         transport=httpx.MockTransport(lambda _: httpx.Response(503, text="down")),

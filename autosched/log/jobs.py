@@ -6,26 +6,35 @@ Contract:
       ``trials_done`` in its progress and ``measured`` in its budget are the same number.
     * Engines claim jobs with a lease of their own (``claim_jobs``): a job whose engine stopped
       renewing its claim is taken over by another engine.
-    * Jobs take turns in the queue: each job's candidates are numbered in the order they were
-      enqueued, and workers are handed the lowest numbers first, whichever job they belong to.
+    * A service job belongs to the principal of the client token that submitted it (``owner``,
+      ``autosched.log.tokens``); a job without one (stored before jobs had owners, or run by
+      `autosched tune`) is only an admin's to see. An owner has at most so many jobs queued or
+      running: submissions of one owner at once are counted one after the other.
+    * Owners take turns in the queue, and so do each owner's jobs (``queue_turns``): each job's
+      candidates are numbered in the order they were enqueued; workers are handed every owner's
+      first waiting candidate (the lowest number among its jobs'), then every owner's second, and
+      so on. Engines drive their jobs in the same turns (``claim_jobs``).
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 
-from sqlalchemy import func, select, update
+from sqlalchemy import Select, Subquery, func, select, text, update
 from sqlalchemy.orm import Session
 
-from autosched.errors import NotFound
+from autosched.errors import NotFound, OverLimit
 from autosched.finalists import ROUNDS
+from autosched.log.finalists import final_medians
 from autosched.log.models import (
     BestRecord,
     Candidate,
     CandidateState,
     Measurement,
+    ModelJobRound,
     Target,
     TuningJob,
     utcnow,
@@ -44,6 +53,7 @@ from autosched.records import (
 from autosched.workload import Workload
 
 _OUTSTANDING = (CandidateState.QUEUED, CandidateState.LEASED)
+OPEN_STATUSES = (JobStatus.QUEUED.value, JobStatus.RUNNING.value)
 # The engine that holds a job `autosched tune` measures in its own process: it never expires, so no
 # service engine on the same log takes the job over.
 LOCAL_ENGINE = "local"
@@ -161,7 +171,7 @@ class JobStore:
                 )
             )
             if ended.rowcount == 0:
-                raise NotFound(f"no tuning job with id {job_id}")
+                raise no_job(job_id)
             Finals.drop(session, job_id, f"the job ended {status.value} first")
 
     def space_exhausted(self, workload_id: int, target_id: int) -> bool:
@@ -192,12 +202,21 @@ class JobStore:
         seed: int | None,
         finalists: int = 0,
         rounds: int = ROUNDS,
+        owner: str | None = None,
+        max_open: int | None = None,
     ) -> int:
-        """Queue a tuning job; an engine takes it up. With ``finalists``, its fastest candidates
-        and its untuned program are timed again at its end, in ``rounds`` rounds, by one worker
-        (``autosched.log.retiming``). Returns the job id."""
+        """Queue a tuning job of ``owner`` (a principal); an engine takes it up. With
+        ``finalists``, its fastest candidates and its untuned program are timed again at its end,
+        in ``rounds`` rounds, by one worker (``autosched.log.retiming``). Returns the job id.
+
+        Raises:
+            OverLimit: ``owner`` has ``max_open`` jobs queued or running already (rounds of its
+                model jobs apart).
+        """
         stored_workload, stored_target = ensure_subject(self._log, workload, target)
         with self._sessions.begin() as session:
+            if owner is not None and max_open is not None:
+                ensure_room(session, owner, _open_jobs(owner), max_open, "jobs", lock=True)
             job = queued_job(
                 stored_workload.id,
                 stored_target.id,
@@ -205,12 +224,31 @@ class JobStore:
                 batch_size=batch_size,
                 strategy=strategy,
                 seed=seed,
+                owner=owner,
             )
             session.add(job)
             session.flush()
             if finalists:
                 Finals.add(session, job.id, finalists, rounds)
             return job.id
+
+    def check_room(self, owner: str, max_open: int) -> None:
+        """Refuse early, before a submission's costly checks, where ``owner`` has ``max_open``
+        jobs queued or running already (``submit`` counts again as it stores the job).
+
+        Raises:
+            OverLimit: the owner has no room for another job.
+        """
+        with self._sessions.begin() as session:
+            ensure_room(session, owner, _open_jobs(owner), max_open, "jobs", lock=False)
+
+    def owner(self, job_id: int) -> str | None:
+        """The principal the job belongs to (None: no one's; an admin's to see).
+
+        Raises NotFound if there is no such job.
+        """
+        with self._sessions.begin() as session:
+            return _job(session, job_id).owner
 
     def cancel(self, job_id: int) -> JobProgress:
         """Stop a job: it hands out no more work; queued candidates are dropped.
@@ -242,10 +280,14 @@ class JobStore:
         offset: int,
         status: JobStatus | None = None,
         target_key: str | None = None,
+        owner: str | None = None,
     ) -> tuple[list[JobProgress], int]:
-        """A page of jobs, newest first, and the number of jobs in all; with ``status`` or
-        ``target_key``, only the jobs of that status or on that target."""
+        """A page of jobs, newest first, and the number of jobs in all; with ``status``,
+        ``target_key`` or ``owner``, only the jobs of that status, on that target or of that
+        principal (without ``owner``: every job, as an admin sees them)."""
         matching = select(TuningJob.id)
+        if owner is not None:
+            matching = matching.where(TuningJob.owner == owner)
         if status is not None:
             matching = matching.where(TuningJob.status == status.value)
         if target_key is not None:
@@ -309,16 +351,17 @@ class JobStore:
     def claim_jobs(self, engine_id: str, ttl_secs: float) -> list[int]:
         """Claim (or renew the claim on) every unfinished job no live engine holds.
 
-        Returns the ids of the jobs this engine holds now, oldest first.
+        Returns the ids of the jobs this engine holds now in turns of their owners: every
+        owner's oldest job, then every owner's second oldest, and so on.
         """
         now = utcnow()
         with self._sessions.begin() as session:
-            claimable = TuningJob.status.in_([JobStatus.QUEUED.value, JobStatus.RUNNING.value]) & (
+            claimable = TuningJob.status.in_(OPEN_STATUSES) & (
                 TuningJob.engine_id.is_(None)
                 | (TuningJob.engine_id == engine_id)
                 | (TuningJob.engine_expires_at < now)
             )
-            claimed = session.scalars(
+            claimed = session.execute(
                 update(TuningJob)
                 .where(claimable)
                 .values(
@@ -327,9 +370,14 @@ class JobStore:
                     status=JobStatus.RUNNING.value,
                     started_at=func.coalesce(TuningJob.started_at, now),
                 )
-                .returning(TuningJob.id)
+                .returning(TuningJob.id, TuningJob.owner)
             ).all()
-            return sorted(claimed)
+        held: dict[str | None, int] = {}  # jobs of each owner so far, oldest first
+        turns = []
+        for job_id, owner in sorted(claimed):
+            held[owner] = held.get(owner, 0) + 1
+            turns.append((held[owner], job_id))
+        return [job_id for _turn, job_id in sorted(turns)]
 
     def enqueue(
         self, job_id: int, candidates: Sequence[tuple[str, str, float | None]]
@@ -461,6 +509,7 @@ class JobStore:
         workload = self._log.workload_by_id(session, job.workload_id)
         target = session.get(Target, job.target_id)
         assert target is not None
+        retimed = final_medians(session, job.id)  # the second timing that confirms a best
         return JobProgress(
             id=job.id,
             workload=workload,
@@ -475,9 +524,10 @@ class JobStore:
             finished_at=job.finished_at,
             trials_done=done,
             failed=failed,
-            best_latency_secs=overall,
+            best_latency_secs=overall if retimed.winner is None else retimed.winner,
+            best_confirmed=retimed.winner is not None,
             curve=curve,
-            baseline_latency_secs=baseline,
+            baseline_latency_secs=baseline if retimed.untuned is None else retimed.untuned,
             cost_model_id=job.cost_model_id,
             stop_reason=job.stop_reason,
             final=Finals.progress(session, job.id),
@@ -492,8 +542,9 @@ def queued_job(
     batch_size: int,
     strategy: str,
     seed: int | None,
+    owner: str | None,
 ) -> TuningJob:
-    """A service job to add to a session: queued, for an engine to take up."""
+    """A service job of ``owner`` to add to a session: queued, for an engine to take up."""
     return TuningJob(
         workload_id=workload_id,
         target_id=target_id,
@@ -502,11 +553,64 @@ def queued_job(
         strategy=strategy,
         seed=seed,
         status=JobStatus.QUEUED.value,
+        owner=owner,
     )
+
+
+def queue_turns(target_id: int) -> Subquery:
+    """The candidates of running jobs that wait for a worker of ``target_id`` (``id``), each with
+    its ``turn``: its rank among its owner's, by queue position. Handing out the lowest turns
+    first lets owners take turns, and within an owner its jobs."""
+    turn = func.row_number().over(
+        partition_by=TuningJob.owner, order_by=(Candidate.queue_position, Candidate.id)
+    )
+    return (
+        select(Candidate.id, turn.label("turn"))
+        .join(TuningJob, TuningJob.id == Candidate.job_id)
+        .where(
+            Candidate.state == CandidateState.QUEUED,
+            Candidate.target_id == target_id,
+            TuningJob.status == JobStatus.RUNNING.value,
+        )
+        .subquery()
+    )
+
+
+def ensure_room(
+    session: Session, owner: str, open_count: Select, limit: int, what: str, *, lock: bool
+) -> None:
+    """Refuse where ``owner`` has ``limit`` ``what`` queued or running (``open_count`` counts
+    them). With ``lock``, first hold the owner's lock on PostgreSQL until the transaction ends,
+    so that submissions of one owner at once count each other (SQLite serialises writers).
+
+    Raises:
+        OverLimit: the owner has no room left.
+    """
+    if lock and session.get_bind().dialect.name == "postgresql":
+        key = int.from_bytes(hashlib.sha256(owner.encode()).digest()[:8], "big", signed=True)
+        session.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": key})
+    if (session.scalar(open_count) or 0) >= limit:
+        raise OverLimit(
+            f"you have {limit} {what} queued or running, the most this server allows; "
+            "retry once one has ended"
+        )
+
+
+def _open_jobs(owner: str) -> Select:
+    """How many jobs of ``owner`` are queued or running, the rounds of its model jobs apart."""
+    model_round = select(ModelJobRound.id).where(ModelJobRound.job_id == TuningJob.id).exists()
+    return select(func.count(TuningJob.id)).where(
+        TuningJob.owner == owner, TuningJob.status.in_(OPEN_STATUSES), ~model_round
+    )
+
+
+def no_job(job_id: int) -> NotFound:
+    """The error for a job that is not there (or not the caller's to see: the same answer)."""
+    return NotFound(f"no tuning job with id {job_id}")
 
 
 def _job(session: Session, job_id: int) -> TuningJob:
     job = session.get(TuningJob, job_id)
     if job is None:
-        raise NotFound(f"no tuning job with id {job_id}")
+        raise no_job(job_id)
     return job

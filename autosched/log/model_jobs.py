@@ -9,6 +9,8 @@ Contract:
       model job; two drivers adding the same round add it once. Once the budget is spent, each
       tuned task gets a final round: a tuning job of no trials with a final, all added at once.
     * A model job's status takes the values of a tuning job's; once final it never changes.
+    * A model job belongs to the principal that submitted it, as a tuning job does (``jobs``),
+      and so do its rounds' jobs; an owner has at most so many model jobs queued or running.
 """
 
 from __future__ import annotations
@@ -18,16 +20,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import func, select, update
+from sqlalchemy import Select, func, select, true, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from autosched.errors import NotFound
-from autosched.log.jobs import JobStore, queued_job
+from autosched.log.finalists import final_medians
+from autosched.log.jobs import OPEN_STATUSES, JobStore, ensure_room, queued_job
 from autosched.log.models import (
     BestRecord,
     Candidate,
-    FinalistTiming,
     Measurement,
     ModelJob,
     ModelJobRound,
@@ -46,8 +48,6 @@ from autosched.records import (
     ModelTaskProgress,
     TargetInfo,
 )
-
-_OPEN = (JobStatus.QUEUED.value, JobStatus.RUNNING.value)
 
 
 @dataclass(frozen=True)
@@ -95,11 +95,22 @@ class ModelJobStore:
         tasks: Sequence[ModelJobTaskEntry],
         finalists: int,
         final_rounds: int,
+        owner: str | None = None,
+        max_open: int | None = None,
     ) -> int:
-        """Store a queued model job with its file and tasks; returns its id. Each tuned task's
-        final times its ``finalists`` fastest candidates again in ``final_rounds`` (0 finalists:
-        the tasks have no finals). The tasks' workloads and the target must be stored already."""
+        """Store a queued model job of ``owner`` (a principal) with its file and tasks; returns
+        its id. Each tuned task's final times its ``finalists`` fastest candidates again in
+        ``final_rounds`` (0 finalists: the tasks have no finals). The tasks' workloads and the
+        target must be stored already.
+
+        Raises:
+            OverLimit: ``owner`` has ``max_open`` model jobs queued or running already.
+        """
         with self._sessions.begin() as session:
+            if owner is not None and max_open is not None:
+                ensure_room(
+                    session, owner, _open_model_jobs(owner), max_open, "model jobs", lock=True
+                )
             job = ModelJob(
                 name=name,
                 onnx=onnx,
@@ -112,6 +123,7 @@ class ModelJobStore:
                 finalists=finalists,
                 final_rounds=final_rounds,
                 status=JobStatus.QUEUED.value,
+                owner=owner,
             )
             session.add(job)
             session.flush()
@@ -139,7 +151,9 @@ class ModelJobStore:
     def unfinished(self) -> list[int]:
         """The ids of the model jobs that are queued or running, oldest first."""
         with self._sessions.begin() as session:
-            query = select(ModelJob.id).where(ModelJob.status.in_(_OPEN)).order_by(ModelJob.id)
+            query = (
+                select(ModelJob.id).where(ModelJob.status.in_(OPEN_STATUSES)).order_by(ModelJob.id)
+            )
             return list(session.scalars(query).all())
 
     def start(self, model_id: int) -> None:
@@ -151,12 +165,30 @@ class ModelJobStore:
                 .values(status=JobStatus.RUNNING.value, started_at=utcnow())
             )
 
+    def check_room(self, owner: str, max_open: int) -> None:
+        """Refuse early, before an upload is imported, where ``owner`` has ``max_open`` model
+        jobs queued or running already (``submit`` counts again as it stores the model job).
+
+        Raises:
+            OverLimit: the owner has no room for another model job.
+        """
+        with self._sessions.begin() as session:
+            ensure_room(session, owner, _open_model_jobs(owner), max_open, "model jobs", lock=False)
+
+    def owner(self, model_id: int) -> str | None:
+        """The principal the model job belongs to (None: no one's; an admin's to see).
+
+        Raises NotFound if there is no such model job.
+        """
+        with self._sessions.begin() as session:
+            return _model_job(session, model_id).owner
+
     def onnx(self, model_id: int) -> bytes:
         """The model job's uploaded ONNX file. Raises NotFound if there is no such model job."""
         with self._sessions.begin() as session:
             data = session.scalar(select(ModelJob.onnx).where(ModelJob.id == model_id))
             if data is None:
-                raise NotFound(f"no model job with id {model_id}")
+                raise no_model_job(model_id)
             return data
 
     def add_round(self, model_id: int, *, position: int, task: int, trials: int) -> int | None:
@@ -203,6 +235,7 @@ class ModelJobStore:
                         batch_size=max(trials, 1),
                         strategy=model.strategy,
                         seed=model.seed,
+                        owner=model.owner,
                     )
                     session.add(job)
                     session.flush()
@@ -257,7 +290,7 @@ class ModelJobStore:
         with self._sessions.begin() as session:
             ended = session.execute(
                 update(ModelJob)
-                .where(ModelJob.id == model_id, ModelJob.status.in_(_OPEN))
+                .where(ModelJob.id == model_id, ModelJob.status.in_(OPEN_STATUSES))
                 .values(
                     status=status.value,
                     finished_at=utcnow(),
@@ -285,20 +318,41 @@ class ModelJobStore:
         with self._sessions.begin() as session:
             return _progress(session, _model_job(session, model_id))
 
-    def page(self, *, limit: int, offset: int) -> tuple[list[ModelJobProgress], int]:
-        """A page of model jobs, newest first, and how many there are in all."""
+    def page(
+        self, *, limit: int, offset: int, owner: str | None = None
+    ) -> tuple[list[ModelJobProgress], int]:
+        """A page of model jobs, newest first, and how many there are in all; with ``owner``,
+        only that principal's (without: every model job, as an admin sees them)."""
+        mine = true() if owner is None else ModelJob.owner == owner
         with self._sessions.begin() as session:
-            total = session.scalar(select(func.count(ModelJob.id))) or 0
+            total = session.scalar(select(func.count(ModelJob.id)).where(mine)) or 0
             rows = session.scalars(
-                select(ModelJob).order_by(ModelJob.id.desc()).limit(limit).offset(offset)
+                select(ModelJob)
+                .where(mine)
+                .order_by(ModelJob.id.desc())
+                .limit(limit)
+                .offset(offset)
             ).all()
             return [_progress(session, row) for row in rows], total
+
+
+def _open_model_jobs(owner: str) -> Select:
+    """How many model jobs of ``owner`` are queued or running."""
+    return select(func.count(ModelJob.id)).where(
+        ModelJob.owner == owner, ModelJob.status.in_(OPEN_STATUSES)
+    )
+
+
+def no_model_job(model_id: int) -> NotFound:
+    """The error for a model job that is not there (or not the caller's to see: the same
+    answer)."""
+    return NotFound(f"no model job with id {model_id}")
 
 
 def _model_job(session: Session, model_id: int) -> ModelJob:
     job = session.get(ModelJob, model_id)
     if job is None:
-        raise NotFound(f"no model job with id {model_id}")
+        raise no_model_job(model_id)
     return job
 
 
@@ -393,14 +447,10 @@ def _progress(session: Session, job: ModelJob) -> ModelJobProgress:
 def _side_by_side(session: Session, job_id: int) -> tuple[float, float] | None:
     """The winner's and the untuned program's re-timed medians in the final of ``job_id``
     (a task's final round), where the untuned program was timed in it."""
-    timed = session.execute(
-        select(FinalistTiming.rank, FinalistTiming.median_secs, Candidate.trace_json)
-        .join(Candidate, Candidate.id == FinalistTiming.candidate_id)
-        .where(FinalistTiming.job_id == job_id)
-    ).all()
-    winner = next((median for rank, median, _trace in timed if rank == 1), None)
-    untuned = next((median for _rank, median, trace in timed if trace == BASELINE_TRACE), None)
-    return None if winner is None or untuned is None else (winner, untuned)
+    medians = final_medians(session, job_id)
+    if medians.winner is None or medians.untuned is None:
+        return None
+    return medians.winner, medians.untuned
 
 
 def _best_secs(session: Session, workload_id: int | None, target_id: int) -> float | None:

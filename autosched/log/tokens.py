@@ -21,20 +21,41 @@ MIN_TOKEN_CHARS = 32  # ``create`` makes 43 characters (256 random bits)
 
 
 class Role(str, Enum):
-    """What a token may do: clients submit and read jobs; workers lease and report candidates;
-    admins export and import the whole tuning log."""
+    """What a token may do: clients submit jobs and read and cancel their own; workers lease and
+    report candidates; admins export and import the whole tuning log, and read and cancel every
+    job."""
 
     CLIENT = "client"
     WORKER = "worker"
     ADMIN = "admin"
 
 
+LOCAL_PRINCIPAL = "local"
+"""Whom a server without auth (``--no-auth``, loopback only) serves: every request acts for it."""
+
+
+def env_token_name(role: Role) -> str:
+    """The name a token set in the environment is stored under: its variable's."""
+    return f"AUTOSCHED_{role.name}_TOKEN"
+
+
 @dataclass(frozen=True)
 class Credential:
-    """A stored token, as a request presents it: its id and role."""
+    """A stored token, as a request presents it: its id, role and name."""
 
     id: int
     role: Role
+    name: str
+
+    @property
+    def principal(self) -> str:
+        """Whom the token acts for: the jobs it submits belong to this principal, and only its
+        tokens see them. The tokens set in the environment (stored under their variable's name)
+        are one principal whatever their value, so a deployment that changes its secret keeps its
+        jobs; every other token is a principal of its own."""
+        if self.name == env_token_name(self.role):
+            return self.name
+        return f"token:{self.id}"
 
 
 class TokenStore:
@@ -50,7 +71,14 @@ class TokenStore:
         self._log = log
 
     def create(self, role: Role, name: str) -> str:
-        """Make a new random token of ``role``; returns it, the only time it is ever shown."""
+        """Make a new random token of ``role``; returns it, the only time it is ever shown.
+
+        Raises:
+            UserError: ``name`` is the one the environment's token of ``role`` is stored under
+                (it would act for the environment's principal).
+        """
+        if name == env_token_name(role):
+            raise UserError(f"the name {name} is kept for the token set in {name}; choose another")
         token = secrets.token_urlsafe(32)
         self.add(role, name, token)
         return token
@@ -86,12 +114,12 @@ class TokenStore:
 
     def authenticate(self, token: str) -> Credential | None:
         """The stored token ``token``, or ``None`` if it is unknown or revoked."""
-        query = select(ApiToken.id, ApiToken.role).where(
+        query = select(ApiToken.id, ApiToken.role, ApiToken.name).where(
             ApiToken.token_hash == _hash(token), ApiToken.revoked_at.is_(None)
         )
         with self._log.sessions.begin() as session:
             found = session.execute(query).one_or_none()
-        return None if found is None else Credential(found.id, Role(found.role))
+        return None if found is None else Credential(found.id, Role(found.role), found.name)
 
 
 def _hash(token: str) -> str:

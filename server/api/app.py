@@ -24,6 +24,7 @@ from autosched.errors import (
     Conflict,
     Forbidden,
     NotFound,
+    OverLimit,
     ServiceUnavailable,
     TooLarge,
     UserError,
@@ -32,7 +33,7 @@ from autosched.log import TuningLog
 from autosched.log.jobs import JobStore
 from autosched.log.leases import LeaseQueue
 from autosched.log.model_jobs import ModelJobStore
-from autosched.log.tokens import TokenStore
+from autosched.log.tokens import TokenStore, env_token_name
 from autosched.protocol import PROBLEMS, problem_line
 from autosched.server.api.deps import Stores
 from autosched.server.api.routes import (
@@ -85,7 +86,7 @@ def create_app(settings: Settings, *, background: Sequence[ServiceFactory] = ())
         try:
             tokens = TokenStore(log)
             for role, token in settings.env_tokens().items():
-                tokens.add(role, f"AUTOSCHED_{role.name}_TOKEN", token)
+                tokens.add(role, env_token_name(role), token)
             leases = LeaseQueue(
                 log,
                 lease_secs=settings.lease_secs,
@@ -149,11 +150,13 @@ _STATUS: dict[type[UserError], int] = {
     Forbidden: status.HTTP_403_FORBIDDEN,
     Conflict: status.HTTP_409_CONFLICT,
     TooLarge: status.HTTP_413_CONTENT_TOO_LARGE,
+    OverLimit: status.HTTP_429_TOO_MANY_REQUESTS,
     UserError: status.HTTP_422_UNPROCESSABLE_CONTENT,
 }
 
 
 RETRY_AFTER_SECS = 5
+LIMIT_RETRY_AFTER_SECS = 60  # a client's jobs take minutes to end
 
 
 async def _unavailable(_request: Request, error: Exception) -> JSONResponse:
@@ -167,7 +170,8 @@ async def _unavailable(_request: Request, error: Exception) -> JSONResponse:
 
 async def _domain_error(_request: Request, error: Exception) -> JSONResponse:
     code = next(code for kind, code in _STATUS.items() if isinstance(error, kind))
-    return JSONResponse({"detail": " ".join(str(error).split())}, status_code=code)
+    headers = {"Retry-After": str(LIMIT_RETRY_AFTER_SECS)} if isinstance(error, OverLimit) else None
+    return JSONResponse({"detail": " ".join(str(error).split())}, status_code=code, headers=headers)
 
 
 async def _http_error(_request: Request, error: Exception) -> JSONResponse:

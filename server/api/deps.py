@@ -1,7 +1,9 @@
-"""FastAPI dependencies: the stores the app holds, typed aliases for them, and bearer-token auth.
+"""FastAPI dependencies: the stores the app holds, typed aliases for them, bearer-token auth,
+and whose jobs a request may see.
 
 Routers take auth as a router-wide dependency (``dependencies=[ClientAuth]``), so no route of a
-group can forget it.
+group can forget it. A job or model job in a path is taken as ``OwnJobId`` or ``OwnModelId``:
+another principal's is answered as missing (404), so ids do not tell whose jobs exist.
 """
 
 from __future__ import annotations
@@ -15,10 +17,10 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from autosched.errors import Forbidden
 from autosched.log import TuningLog
-from autosched.log.jobs import JobStore
+from autosched.log.jobs import JobStore, no_job
 from autosched.log.leases import LeaseQueue
-from autosched.log.model_jobs import ModelJobStore
-from autosched.log.tokens import Credential, Role, TokenStore
+from autosched.log.model_jobs import ModelJobStore, no_model_job
+from autosched.log.tokens import LOCAL_PRINCIPAL, Credential, Role, TokenStore
 from autosched.protocol import MAX_ID
 from autosched.server.settings import Settings
 
@@ -81,9 +83,9 @@ _bearer = HTTPBearer(
 )
 
 
-def _require(role: Role) -> Callable[..., Credential | None]:
-    """A dependency that lets a request through only with a valid token of ``role``; it gives the
-    token (None on a server without auth)."""
+def _require(*roles: Role) -> Callable[..., Credential | None]:
+    """A dependency that lets a request through only with a valid token of one of ``roles``; it
+    gives the token (None on a server without auth)."""
 
     def authorize(
         request: Request,
@@ -97,10 +99,11 @@ def _require(role: Role) -> Callable[..., Credential | None]:
         found = stores.tokens.authenticate(credentials.credentials)
         if found is None:
             raise _unauthorized("the bearer token is unknown or revoked")
-        if found.role is not role:
+        if found.role not in roles:
+            needed = " or ".join(role.value for role in roles)
             raise HTTPException(
                 status.HTTP_403_FORBIDDEN,
-                f"a {found.role.value} token cannot use this route; it needs a {role.value} token",
+                f"a {found.role.value} token cannot use this route; it needs a {needed} token",
             )
         return found
 
@@ -114,10 +117,54 @@ def _unauthorized(message: str) -> HTTPException:
 
 
 _worker_token = _require(Role.WORKER)
-ClientAuth = Depends(_require(Role.CLIENT))
+_client_token = _require(Role.CLIENT)
+_job_reader = _require(Role.CLIENT, Role.ADMIN)
+ClientAuth = Depends(_client_token)
+JobReaderAuth = Depends(_job_reader)
+"""Clients, for their own jobs, and admins, for every job."""
 AdminAuth = Depends(_require(Role.ADMIN))
 WorkerAuth = Depends(_worker_token)
 WorkerCaller = Annotated[Credential | None, Depends(_worker_token)]
+
+
+def _submitter(caller: Annotated[Credential | None, Depends(_client_token)]) -> str:
+    """The principal a client's submission belongs to (the local one on a server without auth)."""
+    return LOCAL_PRINCIPAL if caller is None else caller.principal
+
+
+Submitter = Annotated[str, Depends(_submitter)]
+"""The principal of a client token (else 403), whose new job this is."""
+
+
+def _job_scope(caller: Annotated[Credential | None, Depends(_job_reader)]) -> str | None:
+    """Whose jobs the caller sees: its principal's, or with an admin token every job (None)."""
+    if caller is None:
+        return LOCAL_PRINCIPAL
+    return None if caller.role is Role.ADMIN else caller.principal
+
+
+JobScope = Annotated[str | None, Depends(_job_scope)]
+"""The principal whose jobs and model jobs the caller sees; None: every one (an admin)."""
+
+
+def _own_job(job_id: PathId, request: Request, scope: JobScope) -> int:
+    """The job ``job_id``, if the caller may see it; else as if there were none (404)."""
+    if scope is not None and get_jobs(request).owner(job_id) != scope:
+        raise no_job(job_id)
+    return job_id
+
+
+def _own_model(model_id: PathId, request: Request, scope: JobScope) -> int:
+    """The model job ``model_id``, if the caller may see it; else as if there were none (404)."""
+    if scope is not None and get_models(request).owner(model_id) != scope:
+        raise no_model_job(model_id)
+    return model_id
+
+
+OwnJobId = Annotated[int, Depends(_own_job)]
+"""A job id from the path, of a job the caller may see (else 404, as for a missing job)."""
+OwnModelId = Annotated[int, Depends(_own_model)]
+"""A model job id from the path, of one the caller may see (else 404, as for a missing one)."""
 
 
 def _own_worker(worker_id: PathId, request: Request, caller: WorkerCaller) -> int:

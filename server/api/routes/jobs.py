@@ -1,5 +1,5 @@
 """Tuning jobs, as clients submit and follow them: submit, list, progress, measurements, cancel,
-best schedule."""
+best schedule. A client sees and cancels only its own jobs; an admin token every job."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, status
 
+from autosched.errors import UserError
 from autosched.log.finalists import FinalistStore
 from autosched.protocol import (
     MAX_ID,
@@ -17,26 +18,40 @@ from autosched.protocol import (
     JobMeasurementsPublic,
     JobPublic,
     JobsPublic,
+    Problem,
 )
 from autosched.records import JobStatus
 from autosched.server.api.deps import (
-    ClientAuth,
+    JobReaderAuth,
+    JobScope,
     JobsDep,
     LeasesDep,
     LogDep,
-    PathId,
+    OwnJobId,
     SettingsDep,
+    Submitter,
 )
 from autosched.server.api.resolve import best_schedule, build_workload, job_target
 
-router = APIRouter(prefix="/jobs", tags=["jobs"], dependencies=[ClientAuth])
+router = APIRouter(prefix="/jobs", tags=["jobs"], dependencies=[JobReaderAuth])
+
+OVER_LIMIT = {
+    status.HTTP_429_TOO_MANY_REQUESTS: {
+        "model": Problem,
+        "description": "The client has as many jobs queued or running as the server allows; "
+        "retry after Retry-After seconds.",
+    }
+}
 
 
-@router.post("", status_code=status.HTTP_201_CREATED)
+@router.post("", status_code=status.HTTP_201_CREATED, responses=OVER_LIMIT)
 def submit_job(
-    job: JobCreate, jobs: JobsDep, leases: LeasesDep, settings: SettingsDep
+    job: JobCreate, jobs: JobsDep, leases: LeasesDep, settings: SettingsDep, owner: Submitter
 ) -> JobPublic:
-    """Queue a tuning job. Everything is checked before anything is stored."""
+    """Queue a tuning job of the client's. Everything is checked before anything is stored."""
+    if job.trials > settings.max_job_trials:
+        raise UserError(f"trials: at most {settings.max_job_trials} per job on this server")
+    jobs.check_room(owner, settings.max_client_jobs)
     workload = build_workload(job.workload, max_bytes=settings.max_program_bytes)
     target = job_target(leases, job.target)
     job_id = jobs.submit(
@@ -48,6 +63,8 @@ def submit_job(
         seed=job.seed,
         finalists=job.finalists,
         rounds=job.rounds,
+        owner=owner,
+        max_open=settings.max_client_jobs,
     )
     return JobPublic.of(jobs.job(job_id))
 
@@ -55,6 +72,7 @@ def submit_job(
 @router.get("")
 def list_jobs(
     jobs: JobsDep,
+    scope: JobScope,
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 100,
     offset: Annotated[int, Query(ge=0, le=MAX_ID)] = 0,
     status: Annotated[JobStatus | None, Query(description="Only jobs of this status.")] = None,
@@ -63,20 +81,23 @@ def list_jobs(
         Query(min_length=1, max_length=512, description="Only jobs on this target (its key)."),
     ] = None,
 ) -> JobsPublic:
-    """A page of jobs, newest first; ``count`` counts the jobs that match the filters."""
-    page, count = jobs.jobs(limit=limit, offset=offset, status=status, target_key=target)
+    """A page of the caller's jobs (an admin's: every job), newest first; ``count`` counts the
+    jobs that match the filters."""
+    page, count = jobs.jobs(
+        limit=limit, offset=offset, status=status, target_key=target, owner=scope
+    )
     return JobsPublic(data=[JobPublic.of(job) for job in page], count=count)
 
 
 @router.get("/{job_id}")
-def get_job(job_id: PathId, jobs: JobsDep, log: LogDep) -> JobPublic:
+def get_job(job_id: OwnJobId, jobs: JobsDep, log: LogDep) -> JobPublic:
     """A job's status, trials done and failed, best latency, best-so-far curve and finalists."""
     return JobPublic.of(jobs.job(job_id), FinalistStore(log).of_job(job_id))
 
 
 @router.get("/{job_id}/measurements")
 def list_job_measurements(
-    job_id: PathId,
+    job_id: OwnJobId,
     jobs: JobsDep,
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 100,
     offset: Annotated[int, Query(ge=0, le=MAX_ID)] = 0,
@@ -99,13 +120,13 @@ def list_job_measurements(
 
 
 @router.post("/{job_id}/cancel")
-def cancel_job(job_id: PathId, jobs: JobsDep) -> JobPublic:
+def cancel_job(job_id: OwnJobId, jobs: JobsDep) -> JobPublic:
     """Stop a job; one that already ended keeps its status."""
     return JobPublic.of(jobs.cancel(job_id))
 
 
 @router.get("/{job_id}/best")
-def get_job_best(job_id: PathId, jobs: JobsDep, log: LogDep) -> BestPublic:
+def get_job_best(job_id: OwnJobId, jobs: JobsDep, log: LogDep) -> BestPublic:
     """The best verified schedule of the job's workload on its target, as TVMScript and trace."""
     job = jobs.job(job_id)
     return best_schedule(log, job.workload, job.target)

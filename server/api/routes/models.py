@@ -1,5 +1,6 @@
 """Whole models, as clients submit and follow them: upload an ONNX file as a model job, list and
-read model jobs with their tasks and budget split, download the compiled model, cancel."""
+read model jobs with their tasks and budget split, download the compiled model, cancel. A client
+sees and cancels only its own model jobs; an admin token every one."""
 
 from __future__ import annotations
 
@@ -8,27 +9,44 @@ from typing import Annotated
 from fastapi import APIRouter, File, Form, Query, UploadFile, status
 from fastapi.responses import Response
 
-from autosched.protocol import MAX_ID, MAX_PAGE, ModelJobCreate, ModelJobPublic, ModelJobsPublic
+from autosched.errors import UserError
+from autosched.protocol import (
+    MAX_ID,
+    MAX_PAGE,
+    ModelJobCreate,
+    ModelJobPublic,
+    ModelJobsPublic,
+    Problem,
+)
 from autosched.server.api.deps import (
-    ClientAuth,
+    JobReaderAuth,
+    JobScope,
     LeasesDep,
     LogDep,
     ModelsDep,
-    PathId,
+    OwnModelId,
     SettingsDep,
+    Submitter,
 )
 from autosched.server.api.resolve import job_target
 from autosched.server.models import admit_upload, model_library, submit_model
 
-router = APIRouter(prefix="/models", tags=["models"], dependencies=[ClientAuth])
+router = APIRouter(prefix="/models", tags=["models"], dependencies=[JobReaderAuth])
 
 FORM_BYTES = 64 << 10
 """Room in a model upload's body for its form fields and multipart framing, beyond the file."""
 
 _LIBRARY = "application/octet-stream"
+OVER_LIMIT = {
+    status.HTTP_429_TOO_MANY_REQUESTS: {
+        "model": Problem,
+        "description": "The client has as many model jobs queued or running as the server "
+        "allows; retry after Retry-After seconds.",
+    }
+}
 
 
-@router.post("", status_code=status.HTTP_201_CREATED)
+@router.post("", status_code=status.HTTP_201_CREATED, responses=OVER_LIMIT)
 def submit_model_job(
     file: Annotated[
         UploadFile,
@@ -39,37 +57,52 @@ def submit_model_job(
     models: ModelsDep,
     leases: LeasesDep,
     settings: SettingsDep,
+    owner: Submitter,
 ) -> ModelJobPublic:
-    """Queue a model job: the model is imported and its tasks extracted first, so a file that is
-    not a model, an unsupported operator or a shape that is not static is refused, with nothing
-    stored. Its tasks are tuned round by round as tuning jobs that share the workers."""
+    """Queue a model job of the client's: the model is imported and its tasks extracted first, so
+    a file that is not a model, an unsupported operator or a shape that is not static is refused,
+    with nothing stored. Its tasks are tuned round by round as tuning jobs that share the
+    workers."""
+    if fields.trials > settings.max_job_trials:
+        raise UserError(f"trials: at most {settings.max_job_trials} per model job on this server")
+    models.check_room(owner, settings.max_client_model_jobs)
     data = file.file.read(settings.max_model_bytes + 1)
     upload = admit_upload(file.filename, data, max_bytes=settings.max_model_bytes)
     target = job_target(leases, fields.target)
-    model_id = submit_model(log, upload, fields, target, max_input_bytes=settings.max_program_bytes)
+    model_id = submit_model(
+        log,
+        upload,
+        fields,
+        target,
+        max_input_bytes=settings.max_program_bytes,
+        owner=owner,
+        max_open=settings.max_client_model_jobs,
+    )
     return ModelJobPublic.of(models.progress(model_id))
 
 
 @router.get("")
 def list_model_jobs(
     models: ModelsDep,
+    scope: JobScope,
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 100,
     offset: Annotated[int, Query(ge=0, le=MAX_ID)] = 0,
 ) -> ModelJobsPublic:
-    """A page of model jobs, newest first, each with its tasks."""
-    page, count = models.page(limit=limit, offset=offset)
+    """A page of the caller's model jobs (an admin's: every one), newest first, each with its
+    tasks."""
+    page, count = models.page(limit=limit, offset=offset, owner=scope)
     return ModelJobsPublic(data=[ModelJobPublic.of(job) for job in page], count=count)
 
 
 @router.get("/{model_id}")
-def get_model_job(model_id: PathId, models: ModelsDep) -> ModelJobPublic:
+def get_model_job(model_id: OwnModelId, models: ModelsDep) -> ModelJobPublic:
     """A model job: status, per task its weight, reused records, rounds, trials, best and untuned
     latency; the estimated end-to-end latency tuned and untuned; the output check."""
     return ModelJobPublic.of(models.progress(model_id))
 
 
 @router.post("/{model_id}/cancel")
-def cancel_model_job(model_id: PathId, models: ModelsDep) -> ModelJobPublic:
+def cancel_model_job(model_id: OwnModelId, models: ModelsDep) -> ModelJobPublic:
     """Stop a model job and its current round; one that already ended keeps its status."""
     return ModelJobPublic.of(models.cancel(model_id))
 
@@ -86,7 +119,7 @@ def cancel_model_job(model_id: PathId, models: ModelsDep) -> ModelJobPublic:
     },
 )
 def get_model_library(
-    model_id: PathId,
+    model_id: OwnModelId,
     log: LogDep,
     target: Annotated[
         str | None,

@@ -25,6 +25,7 @@ from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
 from autosched.errors import NotFound
+from autosched.log.jobs import queue_turns
 from autosched.log.models import (
     BestRecord,
     Candidate,
@@ -206,15 +207,12 @@ class LeaseQueue:
             final = Finals.claim(session, target_id, lease.id)
             if final is not None:
                 return Lease(lease.id, worker_id, lease.expires_at, [], final)
+            turns = queue_turns(target_id)  # owners take turns, and each owner's jobs
             waiting = (
                 select(Candidate.id)
-                .join(TuningJob, TuningJob.id == Candidate.job_id)
-                .where(
-                    Candidate.state == CandidateState.QUEUED,
-                    Candidate.target_id == target_id,
-                    TuningJob.status == JobStatus.RUNNING.value,
-                )
-                .order_by(Candidate.queue_position, Candidate.id)
+                .join(turns, turns.c.id == Candidate.id)
+                .where(Candidate.state == CandidateState.QUEUED)
+                .order_by(turns.c.turn, Candidate.queue_position, Candidate.id)
                 .limit(n)
                 .with_for_update(of=Candidate, skip_locked=True)
             )

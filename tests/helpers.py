@@ -17,6 +17,7 @@ from multiprocessing.synchronize import Barrier as BarrierType
 from pathlib import Path
 from typing import TypeVar
 
+import psutil
 import pytest
 
 from autosched.target import host_target
@@ -58,6 +59,20 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def host_pid(pid: int) -> int:
+    """The pid, as this process sees it, of a descendant known inside its sandbox's PID namespace
+    as ``pid`` (a measuring process, a fork server); ``pid`` itself where none is."""
+    for process in psutil.Process().children(recursive=True):
+        try:
+            with open(f"/proc/{process.pid}/status") as status:
+                numbers = next(line for line in status if line.startswith("NSpid:")).split()
+        except (FileNotFoundError, StopIteration):
+            continue
+        if int(numbers[-1]) == pid:
+            return process.pid
+    return pid
 
 
 def wait_for(condition: Callable[[], bool], what: str, timeout: float = 300) -> None:

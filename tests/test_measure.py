@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from faults import Abort, Fail, FaultyMeasurer, ParentPid, Pid, Sleep, Threads, faulty_matmul
-from helpers import wait_for
+from helpers import host_pid, wait_for
 
 from autosched.admission import COLD_CACHE, program_json
 from autosched.measure import LocalMeasurer, MeasureConfig
@@ -82,17 +82,17 @@ def test_children_are_recycled_after_a_fixed_number_of_requests() -> None:
 def test_children_are_forked_by_one_fork_server_that_is_replaced_if_it_dies() -> None:
     first, second = ChildProcess(), ChildProcess()
     try:
-        server = first.call(ParentPid(), 30)
-        assert second.call(ParentPid(), 30) == server != os.getpid()
+        server = host_pid(first.call(ParentPid(), 30))
+        assert host_pid(second.call(ParentPid(), 30)) == server != os.getpid()
         os.kill(server, signal.SIGKILL)
         # the children it forked serve on; one that dies is replaced from a new fork server
         assert first.call(Pid(), 30) > 0
         with pytest.raises(ChildDied, match="lost with its fork server"):
             first.call(Abort(), 30)
-        replacement = first.call(ParentPid(), 30)
+        replacement = host_pid(first.call(ParentPid(), 30))
         assert replacement not in (server, os.getpid())
         second.close()
-        assert second.call(ParentPid(), 30) == replacement
+        assert host_pid(second.call(ParentPid(), 30)) == replacement
     finally:
         first.close()
         second.close()
@@ -104,9 +104,11 @@ def test_the_fork_server_and_its_children_end_with_their_parent() -> None:
         from autosched.torch_guard import keep_torch_out
         keep_torch_out()
         from faults import ParentPid, Pid
+        from helpers import host_pid
         from autosched.measure.child import ChildProcess
         child = ChildProcess()
-        print(child.call(ParentPid(), 30), child.call(Pid(), 30), flush=True)
+        server, pid = child.call(ParentPid(), 30), child.call(Pid(), 30)
+        print(host_pid(server), host_pid(pid), flush=True)
         """
     )
     parent = subprocess.run(

@@ -17,6 +17,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from enum import Enum
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -25,6 +26,7 @@ from tvm import relax
 
 from autosched.errors import UserError
 from autosched.model import MODEL_SUFFIXES
+from autosched.model.onnx_bounds import TensorBounds, check_tensor_bounds
 from autosched.model.prepare import for_inference
 from autosched.script_check import check_script
 from autosched.torch_guard import import_torch
@@ -99,18 +101,25 @@ def parse_input_specs(values: Sequence[str]) -> dict[str, InputSpec]:
     return specs
 
 
-def load_model(path: Path, inputs: Sequence[str] = ()) -> Model:
+def load_model(
+    path: Path, inputs: Sequence[str] = (), *, bounds: TensorBounds | None = None
+) -> Model:
     """Import the model file ``path``; ``inputs`` (``NAME=1x3x32x32:float32``) fix the shapes the
-    file leaves open.
+    file leaves open. An ONNX file's tensors are bounded first (``bounds``, by default from the
+    environment: ``autosched.model.onnx_bounds``).
 
     Raises:
         UserError: the file is missing or not a model of its kind, an operator is not supported
-            (named), or an input's shape is not static; one line.
+            (named), an input's shape is not static, or a tensor is over ``bounds``; one line.
     """
     if not path.is_file():
         raise UserError(f"model file {path} does not exist")
     given = parse_input_specs(inputs)
-    loaders = {".onnx": _load_onnx, ".pt2": _load_pytorch, ".py": _load_relax}
+    loaders = {
+        ".onnx": partial(_load_onnx, bounds=bounds),
+        ".pt2": _load_pytorch,
+        ".py": _load_relax,
+    }
     loader = loaders.get(path.suffix)
     if loader is None:
         raise UserError(f"{path}: a model file ends in {', '.join(MODEL_SUFFIXES)}")
@@ -130,7 +139,7 @@ def _for_inference(mod: tvm.IRModule, path: Path) -> tvm.IRModule:
         raise UserError(f"{path}: TVM cannot prepare the model: {_first_line(error)}") from None
 
 
-def _load_onnx(path: Path, given: dict[str, InputSpec]) -> Model:
+def _load_onnx(path: Path, given: dict[str, InputSpec], bounds: TensorBounds | None) -> Model:
     try:
         import onnx
         from onnx import helper
@@ -157,6 +166,8 @@ def _load_onnx(path: Path, given: dict[str, InputSpec]) -> Model:
             for dim in tensor_type.shape.dim
         )
         specs.append(_static_spec(path, value.name, dims, dtype, given))
+    shapes = {spec.name: spec.shape for spec in specs}
+    check_tensor_bounds(proto, shapes, bounds or TensorBounds.from_env(), label=str(path))
     try:
         mod = from_onnx(
             proto,

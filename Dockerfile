@@ -5,9 +5,10 @@
 
 FROM python:3.11-slim AS cpu
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
-# XGBoost and TVM's CPU runtime use OpenMP.
+# XGBoost and TVM's CPU runtime use OpenMP; bubblewrap sandboxes the processes that build and run
+# programs from clients (autosched.measure.sandbox); TVM links the libraries it builds with gcc.
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends libgomp1 \
+    && apt-get install -y --no-install-recommends libgomp1 bubblewrap gcc libc6-dev \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /opt/autosched
 COPY pyproject.toml README.md ./
@@ -25,7 +26,7 @@ FROM nvidia/cuda:12.6.3-devel-ubuntu24.04 AS gpu
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PATH=/opt/venv/bin:$PATH
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends python3 python3-venv libgomp1 \
+    && apt-get install -y --no-install-recommends python3 python3-venv libgomp1 bubblewrap \
     && rm -rf /var/lib/apt/lists/* \
     && python3 -m venv /opt/venv
 WORKDIR /opt/autosched

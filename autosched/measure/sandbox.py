@@ -41,13 +41,13 @@ UNSAFE_VARIABLE = "AUTOSCHED_UNSAFE_NO_SANDBOX"
 
 PASSED_VARIABLES = frozenset(
     {
-        "PATH", "LANG", "LC_ALL", "TZ", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES",
+        "PATH", "LANG", "LC_ALL", "TZ", "LD_LIBRARY_PATH", "CC", "CXX", "CUDA_VISIBLE_DEVICES",
         "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "OMP_NUM_THREADS", "TVM_NUM_THREADS",
         "TVM_BIND_THREADS", "AUTOSCHED_MAX_PROGRAM_BYTES", "PYTHONPATH",
     }
 )  # fmt: skip
-"""The only variables a measuring process sees: how the system finds programs and libraries, the
-thread pools' and OpenBLAS's settings, the program size limit, and ``PYTHONPATH`` (modules that
+"""The only variables a measuring process sees: how the system finds programs, libraries and the
+C compiler TVM links with, the thread pools' and OpenBLAS's settings, the program size limit, and ``PYTHONPATH`` (modules that
 requests name; the directories it lists are bound read-only)."""
 
 NOBODY = 65534

@@ -82,60 +82,71 @@ def check_tensor_bounds(
             bytes.
     """
     graph = _inferred(model, inputs).graph
-    shapes = _shapes(graph)
-    values: dict[str, np.ndarray] = {}
-    constant_bytes = 0
+    _Walk(bounds, label, _shapes(graph)).graph(graph, main=True)
 
-    def bound(nbytes: int, what: str) -> None:
-        if nbytes > bounds.tensor_bytes:
-            raise UserError(
-                f"{label}: {_shown(what)} holds {nbytes} bytes, over the limit of "
-                f"{bounds.tensor_bytes} bytes a tensor ({MAX_TENSOR_BYTES_VARIABLE})"
+
+class _Walk:
+    """One pass over a model's graph and its subgraphs: each tensor bounded as it is met, the
+    constants summed."""
+
+    def __init__(
+        self, bounds: TensorBounds, label: str, shapes: Mapping[str, tuple[Dims | None, int]]
+    ) -> None:
+        self._bounds, self._label, self._shapes = bounds, label, shapes
+        self._values: dict[str, np.ndarray] = {}
+        self._constant_bytes = 0
+
+    def graph(self, graph: onnx.GraphProto, *, main: bool) -> None:
+        """Bound the tensors of ``graph``; its initializers are constants, and in the ``main``
+        graph so are the outputs of nodes of constant inputs, which the importer folds (a
+        subgraph's nodes run once per call)."""
+        where = "" if main else " of a subgraph"
+        constants: set[str] = set()
+        for tensor in graph.initializer:
+            self._constant(
+                _tensor_bytes(tensor.dims, tensor.data_type), f"initializer {tensor.name}{where}"
             )
-
-    def add_constant(nbytes: int) -> None:
-        nonlocal constant_bytes
-        constant_bytes += nbytes
-        if constant_bytes > bounds.constant_bytes:
-            raise UserError(
-                f"{label}: its constants hold over {bounds.constant_bytes} bytes in all, the "
-                f"limit ({MAX_PROGRAM_BYTES_VARIABLE})"
-            )
-
-    constants: set[str] = set()
-    for tensor in graph.initializer:
-        nbytes = _tensor_bytes(tensor.dims, tensor.data_type)
-        bound(nbytes, f"initializer {tensor.name}")
-        add_constant(nbytes)
-        constants.add(tensor.name)
-        _read(values, tensor.name, tensor)
-    for sparse in graph.sparse_initializer:
-        nbytes = _tensor_bytes(sparse.dims, sparse.values.data_type)
-        bound(nbytes, f"sparse initializer {sparse.values.name}")
-        add_constant(nbytes)
-        constants.add(sparse.values.name)
-    for index, node in enumerate(graph.node):
-        what = f"node {node.name or index} ({node.op_type})"
-        held = list(_attribute_tensor_bytes(node))
-        for nbytes in held:
-            bound(nbytes, f"a tensor attribute of {what}")
-        if node.op_type == "Constant":
-            _read_constant(values, node)
-        folded = all(not name or name in constants for name in node.input)
-        for position, output in enumerate(node.output):
-            nbytes = _output_bytes(node, position, shapes, values)
+            constants.add(tensor.name)
+            _read(self._values, tensor.name, tensor)
+        for sparse in graph.sparse_initializer:
+            nbytes = _tensor_bytes(sparse.dims, sparse.values.data_type)
+            self._constant(nbytes, f"sparse initializer {sparse.values.name}{where}")
+            constants.add(sparse.values.name)
+        for index, node in enumerate(graph.node):
+            what = f"node {node.name or index} ({node.op_type}){where}"
+            held = list(_attribute_tensor_bytes(node))
+            for nbytes in held:
+                self._bound(nbytes, f"a tensor attribute of {what}")
             if node.op_type == "Constant":
-                nbytes = max(nbytes, sum(held))
-            bound(nbytes, f"output {output} of {what}")
-            if folded:
-                add_constant(nbytes)
-                constants.add(output)
-    for index, node in _subgraph_nodes(graph):
-        what = f"node {node.name or index} ({node.op_type}) of a subgraph"
-        for nbytes in _attribute_tensor_bytes(node):
-            bound(nbytes, f"a tensor attribute of {what}")
-        for position, output in enumerate(node.output):
-            bound(_output_bytes(node, position, shapes, values), f"output {output} of {what}")
+                _read_constant(self._values, node)
+            for subgraph in _subgraphs(node):
+                self.graph(subgraph, main=False)
+            folded = main and all(not name or name in constants for name in node.input)
+            for position, output in enumerate(node.output):
+                nbytes = _output_bytes(node, position, self._shapes, self._values)
+                if node.op_type == "Constant":
+                    nbytes = max(nbytes, sum(held))
+                if folded:
+                    self._constant(nbytes, f"output {output} of {what}")
+                    constants.add(output)
+                else:
+                    self._bound(nbytes, f"output {output} of {what}")
+
+    def _bound(self, nbytes: int, what: str) -> None:
+        if nbytes > self._bounds.tensor_bytes:
+            raise UserError(
+                f"{self._label}: {_shown(what)} holds {nbytes} bytes, over the limit of "
+                f"{self._bounds.tensor_bytes} bytes a tensor ({MAX_TENSOR_BYTES_VARIABLE})"
+            )
+
+    def _constant(self, nbytes: int, what: str) -> None:
+        self._bound(nbytes, what)
+        self._constant_bytes += nbytes
+        if self._constant_bytes > self._bounds.constant_bytes:
+            raise UserError(
+                f"{self._label}: its constants hold over {self._bounds.constant_bytes} bytes in "
+                f"all, the limit ({MAX_PROGRAM_BYTES_VARIABLE}), with {_shown(what)}"
+            )
 
 
 def _inferred(model: onnx.ModelProto, inputs: Mapping[str, Sequence[int]]) -> onnx.ModelProto:
@@ -186,14 +197,6 @@ def _subgraphs(node: onnx.NodeProto) -> Iterator[onnx.GraphProto]:
         if attribute.HasField("g"):
             yield attribute.g
         yield from attribute.graphs
-
-
-def _subgraph_nodes(graph: onnx.GraphProto) -> Iterator[tuple[int, onnx.NodeProto]]:
-    """The nodes of every subgraph (an If's branches, a Loop's body), at any depth."""
-    for node in graph.node:
-        for subgraph in _subgraphs(node):
-            yield from enumerate(subgraph.node)
-            yield from _subgraph_nodes(subgraph)
 
 
 def _attribute_tensor_bytes(node: onnx.NodeProto) -> Iterator[int]:

@@ -90,6 +90,12 @@ class TuneReport:
     finalists: tuple[Finalist, ...] = ()  # re-timed at the end, the winner first
     # where a target the log never measured took its first candidates from (nearest hardware)
     seeded_from: str | None = None
+    failure_cause: str | None = None  # the most frequent failure of its measurements, in a line
+
+    @property
+    def nothing_worked(self) -> bool:
+        """Whether it measured trials and every one of them failed."""
+        return self.trials > 0 and self.failed == self.trials
 
     @property
     def gflops(self) -> float | None:
@@ -122,6 +128,7 @@ class TuneReport:
             "stop_reason": self.stop_reason,
             "finalists": [finalist.as_json() for finalist in self.finalists],
             "seeded_from": self.seeded_from,
+            "failure_cause": self.failure_cause,
             "cost_model": None
             if self.cost_model is None
             else {
@@ -275,6 +282,7 @@ def tune(
         stop_reason=session.stop_reason,
         finalists=tuple(finalists),
         seeded_from=seeded_from,
+        failure_cause=log.failure_cause(job_id),
     )
 
 

@@ -128,3 +128,20 @@ class Fail:
 
     def execute(self) -> None:
         raise ValueError("this request always fails")
+
+
+@dataclass(frozen=True)
+class MissingCompiler:
+    """A build on a host whose C compiler is gone: it fails as TVM's export would."""
+
+    def execute(self) -> Built:
+        raise RuntimeError("cc: command not found (linking the candidate's library)")
+
+
+class NoCompilerMeasurer(LocalMeasurer):
+    """A real LocalMeasurer on a host where every build fails (`MissingCompiler`)."""
+
+    def _build_request(
+        self, workload: WorkloadRef, trace: str, artifact_path: str, prepacked: bool
+    ) -> Request:
+        return MissingCompiler()

@@ -94,8 +94,14 @@ def tune_model_file(
         log.close()
     if as_json:
         print(json.dumps(report.as_json()))
-        return
-    _print_model_report(report)
+    else:
+        _print_model_report(report)
+    if report.nothing_worked:
+        _err.print(
+            "every trial of every task failed; the model keeps TVM's default schedules",
+            highlight=False,
+        )
+        raise typer.Exit(code=1)
 
 
 def _print_model_report(report: ModelTuneReport) -> None:

@@ -184,8 +184,16 @@ def tune(
         )
     if as_json:
         print(json.dumps(report.as_json()))
-        return
-    _print_report(report)
+    else:
+        _print_report(report)
+    if report.nothing_worked:
+        _err.print(
+            f"every trial failed: {report.failure_cause}",
+            highlight=False,
+            markup=False,
+            soft_wrap=True,
+        )
+        raise typer.Exit(code=1)
 
 
 def _print_report(report: TuneReport) -> None:
@@ -196,6 +204,8 @@ def _print_report(report: TuneReport) -> None:
     table.add_row("workload", f"{report.workload_name} ({report.workload_key})")
     table.add_row("target", json.dumps(report.target))
     table.add_row("trials", f"{report.trials} measured, {report.failed} failed")
+    if report.failure_cause is not None:
+        table.add_row("failures", escape(report.failure_cause))
     if report.stop_reason is not None:
         table.add_row("stopped", report.stop_reason)
     if report.seeded_from is not None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import uuid
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
@@ -473,6 +474,29 @@ class TuningLog:
         with self._sessions.begin() as session:
             rows = session.execute(query.limit(limit).offset(offset))
             return [record_view(*row) for row in rows]
+
+    def failure_cause(self, job_id: int) -> str | None:
+        """The most frequent kind of failure among a job's measurements, in one line: the kind,
+        how many of the job's measurements failed so, and the first line of the latest such
+        error; None where none failed."""
+        rows = self._job_failures(job_id)
+        if not rows:
+            return None
+        kinds = Counter(kind for kind, _message in rows)
+        kind, count = kinds.most_common(1)[0]
+        message = next(message for each, message in reversed(rows) if each == kind) or ""
+        first_line = message.strip().splitlines()[0] if message.strip() else "no message"
+        return f"{kind} ({count} of {len(rows)} failures): {first_line[:300]}"
+
+    def _job_failures(self, job_id: int) -> list[tuple[str, str | None]]:
+        query = (
+            select(Measurement.error_kind, Measurement.error_msg)
+            .join(Candidate, Candidate.id == Measurement.candidate_id)
+            .where(Candidate.job_id == job_id, Measurement.error_kind.is_not(None))
+            .order_by(Measurement.id)
+        )
+        with self._sessions.begin() as session:
+            return [(str(kind), message) for kind, message in session.execute(query)]
 
     def count_records(self, workload_id: int, target_id: int) -> int:
         """How many measured candidates a workload and target have."""

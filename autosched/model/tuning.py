@@ -43,7 +43,7 @@ from autosched.records import BASELINE_TRACE, compiled_schedule, weighted_latenc
 from autosched.search.registry import DEFAULT_STRATEGY
 from autosched.sessions import OpenSessions
 from autosched.target import canonical_target, target_key
-from autosched.tuner import TuneOptions, retime_finalists, tune
+from autosched.tuner import TuneOptions, TuneReport, retime_finalists, tune
 
 
 @dataclass(frozen=True)
@@ -92,6 +92,7 @@ class TaskOutcome:
     default_schedule: str | None
     finalists: int = 0
     untuned_best: bool = False  # the untuned program beat every tuned candidate
+    failed: int = 0  # of its trials this run
 
     @property
     def schedule(self) -> str:
@@ -110,6 +111,7 @@ class TaskOutcome:
             "default_schedule": self.default_schedule,
             "schedule": self.schedule,
             "finalists": self.finalists,
+            "failed": self.failed,
         }
 
 
@@ -131,6 +133,11 @@ class ModelTuneReport:
     @property
     def reused_records(self) -> int:
         return sum(task.reused_records for task in self.tasks)
+
+    @property
+    def nothing_worked(self) -> bool:
+        """Whether it measured trials and every one of them, of every task, failed."""
+        return self.trials > 0 and sum(task.failed for task in self.tasks) == self.trials
 
     @property
     def estimated(self) -> list[TaskOutcome]:
@@ -201,6 +208,7 @@ def tune_model(
     stored_target = ensure_target(log, target)
     plan = plan_tasks(log, tasks, target, options.trials)
     failed = dict(plan.failed)
+    failures: dict[int, _Failures] = {}
     sessions = OpenSessions(capacity=max(1, len(plan.tunable)))
     scheduler = TaskScheduler(
         [tasks[i].weight for i in plan.tunable], options.trials, options.batch_size
@@ -230,8 +238,12 @@ def tune_model(
             scheduler.finish(planned.index)
             continue
         scheduler.record(planned.index, report.trials, report.best_latency_secs)
+        failures[index] = failures.get(index, _Failures()).add(report)
         if report.stop_reason is not None:
             scheduler.finish(planned.index)
+    for index, tally in failures.items():
+        if tally.trials and tally.failed == tally.trials and index not in failed:
+            failed[index] = f"every trial failed: {tally.cause}"
     allocation = dict(zip(plan.tunable, scheduler.allocation, strict=True))
     tuned = [i for i in plan.tunable if allocation[i] and i not in failed]
     retimed = _retime_tasks(tasks, tuned, target, log, measurer, options, on_round, stop)
@@ -239,7 +251,10 @@ def tune_model(
         log, tasks, target, failed=failed, allocation=allocation, reused=plan.reused
     )
     outcomes = tuple(
-        _with_final(outcome, retimed[i]) if i in retimed else outcome
+        replace(
+            _with_final(outcome, retimed[i]) if i in retimed else outcome,
+            failed=failures[i].failed if i in failures else 0,
+        )
         for i, outcome in enumerate(outcomes)
     )
     executable = compile_model(model, schedules, target)
@@ -247,6 +262,20 @@ def tune_model(
     report = ModelTuneReport(model.name, target, outcomes, check, time.perf_counter() - started)
     record_tuned_model(log, model, stored_target.id, report)
     return report
+
+
+@dataclass(frozen=True)
+class _Failures:
+    """A task's trials of this run, how many failed, and the most frequent failure of its latest
+    round that had one."""
+
+    trials: int = 0
+    failed: int = 0
+    cause: str | None = None
+
+    def add(self, report: TuneReport) -> _Failures:
+        cause = report.failure_cause or self.cause
+        return _Failures(self.trials + report.trials, self.failed + report.failed, cause)
 
 
 def _retime_tasks(

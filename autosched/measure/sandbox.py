@@ -47,8 +47,8 @@ PASSED_VARIABLES = frozenset(
     }
 )  # fmt: skip
 """The only variables a measuring process sees: how the system finds programs, libraries and the
-C compiler TVM links with, the thread pools' and OpenBLAS's settings, the program size limit, and ``PYTHONPATH`` (modules that
-requests name; the directories it lists are bound read-only)."""
+C compiler TVM links with, the thread pools' and OpenBLAS's settings, the program size limit, and
+``PYTHONPATH`` (modules that requests name; the directories it lists are bound read-only)."""
 
 NOBODY = 65534
 _SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")

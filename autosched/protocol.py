@@ -58,6 +58,7 @@ MAX_PROGRAM_JSON = 8 << 20  # characters; the request body limit is usually lowe
 # Request fields take JSON numbers and booleans as they are: "8" or true is no integer.
 Id = Annotated[StrictInt, Field(ge=1, le=MAX_ID)]
 Seconds = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+Latency = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 Strategy = Literal[STRATEGY_NAMES]  # type: ignore[valid-type]  # the registry's names
 
 
@@ -217,7 +218,9 @@ class FinalPublic(BaseModel):
 
 
 class JobPublic(BaseModel):
-    """A job and its progress; ``best_latency_secs`` is the best of its workload on its target."""
+    """A job and its progress; ``best_latency_secs`` is the best of its workload on its target:
+    the single-shot best record, one worker's word, until its final has timed its winner again
+    (``best_confirmed``), then that re-timed median (and the untuned program's as the baseline)."""
 
     id: int
     workload: WorkloadPublic
@@ -234,6 +237,11 @@ class JobPublic(BaseModel):
     failed: int
     best_latency_secs: float | None
     curve: list[CurvePoint]
+    best_confirmed: bool = Field(
+        False,
+        description="Whether the best and untuned latencies are the re-timed medians of the "
+        "job's final (else single shots, each from one worker).",
+    )
     cost_model_id: int | None = Field(
         None, description="The shared cost model version the job's search started from."
     )
@@ -270,6 +278,7 @@ class JobPublic(BaseModel):
             failed=job.failed,
             best_latency_secs=job.best_latency_secs,
             curve=[CurvePoint(trials=n, best_latency_secs=secs) for n, secs in job.curve],
+            best_confirmed=job.best_confirmed,
             cost_model_id=job.cost_model_id,
             stop_reason=job.stop_reason,
             baseline_latency_secs=job.baseline_latency_secs,
@@ -734,7 +743,7 @@ class ResultIn(_Request):
     """The measurement of one leased candidate: its timed repeats, or why there are none."""
 
     candidate_id: Id
-    samples: list[Seconds] = Field(default_factory=list, max_length=1000)
+    samples: list[Latency] = Field(default_factory=list, max_length=1000)
     error_kind: ErrorKind | None = None
     error_msg: str | None = Field(None, max_length=65536)
     verified: StrictBool = False
@@ -806,9 +815,7 @@ class RetimedIn(_Request):
     or it no longer built or ran) and whether its output was checked here and matched."""
 
     candidate_id: Id
-    samples: list[Annotated[float, Field(gt=0, allow_inf_nan=False)]] = Field(
-        default_factory=list, max_length=MAX_ROUNDS
-    )
+    samples: list[Latency] = Field(default_factory=list, max_length=MAX_ROUNDS)
     verified: StrictBool = False
 
     @classmethod

@@ -218,6 +218,7 @@ class JobProgress:
     failed: int
     best_latency_secs: float | None
     curve: list[tuple[int, float]]
+    best_confirmed: bool = False  # the best and baseline are its final's re-timed medians
     cost_model_id: int | None = None  # the shared cost model version its search started from
     stop_reason: str | None = None  # why it ended before spending its budget
     baseline_latency_secs: float | None = None  # the untuned program's, once measured

@@ -420,6 +420,7 @@ def test_workers_lease_report_and_release(api: Api) -> None:
     progress = api.as_client("GET", f"/api/v1/jobs/{job['id']}").json()
     assert progress["trials_done"] == 2 and progress["failed"] == 1
     assert progress["best_latency_secs"] == pytest.approx(1e-3)
+    assert not progress["best_confirmed"]  # one worker's single shot
     assert progress["curve"] == [{"trials": 1, "best_latency_secs": pytest.approx(1e-3)}]
 
 
@@ -630,8 +631,13 @@ def test_a_worker_leases_a_jobs_final_and_reports_its_timings(api: Api) -> None:
         (False, [1.5e-3, 1.4e-3, 1.6e-3], True),
         (True, [5e-3, 5.1e-3, 4.9e-3], False),
     ]
-    # the winner, checked by the final, is the best record now: no longer the checked "b"
-    assert progress["best_latency_secs"] == pytest.approx(1e-3)
+    # the winner, checked by the final, is the best record now (no longer the checked "b"); the
+    # job reports its re-timed median beside the untuned program's, confirmed
+    subject = api.jobs.job(job["id"])
+    best = api.log.best(subject.workload.id, subject.target.id)
+    assert best is not None and best.program_hash == "program a" and best.verified
+    assert progress["best_confirmed"] and progress["best_latency_secs"] == pytest.approx(1.5e-3)
+    assert progress["baseline_latency_secs"] == pytest.approx(5e-3)
 
 
 def test_the_client_raises_the_servers_message_or_service_unavailable(api: Api) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
@@ -172,6 +173,24 @@ def test_an_expired_lease_goes_back_and_its_late_report_is_not_double_counted(
     assert queue.report(dead, lost.id, late).ignored == 2
     assert jobs.job(job).trials_done == 2
     assert jobs.job(job).best_latency_secs == pytest.approx(1e-3)
+
+
+@pytest.mark.parametrize("secs", [0.0, -1e-3, math.inf, math.nan])
+def test_a_report_of_a_latency_that_is_no_time_is_refused_whole(
+    log: TuningLog, secs: float
+) -> None:
+    jobs, queue = JobStore(log), LeaseQueue(log)
+    job = _running_job(jobs)
+    jobs.enqueue(job, _candidates("a", 2))
+    worker = queue.register_worker(name="w", target=TARGET, fingerprint=FINGERPRINT)
+    lease = queue.lease(worker, 2)
+    assert lease is not None
+    first, second = (c.candidate_id for c in lease.candidates)
+    report = [ReportedResult(first, _ok(1e-3), True), ReportedResult(second, _ok(secs), True)]
+    with pytest.raises(UserError, match=f"candidate {second}: .* is not a time"):
+        queue.report(worker, lease.id, report)
+    assert jobs.job(job).trials_done == 0 and jobs.job(job).best_latency_secs is None
+    assert jobs.budget(job).outstanding == 2
 
 
 def test_heartbeats_keep_a_lease(log: TuningLog) -> None:

@@ -1,9 +1,10 @@
 """The finalists of each job in the tuning log: re-timed samples, intervals and ranks, and the
-winner made the best record of its workload and target."""
+winner made the best record of its workload and target; the re-timed medians a job reports."""
 
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
+from dataclasses import dataclass
 
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
@@ -11,6 +12,29 @@ from sqlalchemy.orm import Session
 from autosched.finalists import Finalist, Interval
 from autosched.log.models import Candidate, FinalistTiming, Measurement
 from autosched.log.store import TuningLog
+from autosched.records import BASELINE_TRACE
+
+
+@dataclass(frozen=True)
+class FinalMedians:
+    """The re-timed medians of a job's final: its winner's and the untuned program's (None: not
+    timed in it, or the job has no timed final)."""
+
+    winner: float | None
+    untuned: float | None
+
+
+def final_medians(session: Session, job_id: int) -> FinalMedians:
+    """The re-timed medians of the final of ``job_id``, read in ``session``."""
+    timed = session.execute(
+        select(FinalistTiming.rank, FinalistTiming.median_secs, Candidate.trace_json)
+        .join(Candidate, Candidate.id == FinalistTiming.candidate_id)
+        .where(FinalistTiming.job_id == job_id)
+    ).all()
+    return FinalMedians(
+        winner=next((median for rank, median, _trace in timed if rank == 1), None),
+        untuned=next((median for _rank, median, trace in timed if trace == BASELINE_TRACE), None),
+    )
 
 
 class FinalistStore:

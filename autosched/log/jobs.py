@@ -28,6 +28,7 @@ from sqlalchemy.orm import Session
 
 from autosched.errors import NotFound, OverLimit
 from autosched.finalists import ROUNDS
+from autosched.log.finalists import final_medians
 from autosched.log.models import (
     BestRecord,
     Candidate,
@@ -508,6 +509,7 @@ class JobStore:
         workload = self._log.workload_by_id(session, job.workload_id)
         target = session.get(Target, job.target_id)
         assert target is not None
+        retimed = final_medians(session, job.id)  # the second timing that confirms a best
         return JobProgress(
             id=job.id,
             workload=workload,
@@ -522,9 +524,10 @@ class JobStore:
             finished_at=job.finished_at,
             trials_done=done,
             failed=failed,
-            best_latency_secs=overall,
+            best_latency_secs=overall if retimed.winner is None else retimed.winner,
+            best_confirmed=retimed.winner is not None,
             curve=curve,
-            baseline_latency_secs=baseline,
+            baseline_latency_secs=baseline if retimed.untuned is None else retimed.untuned,
             cost_model_id=job.cost_model_id,
             stop_reason=job.stop_reason,
             final=Finals.progress(session, job.id),

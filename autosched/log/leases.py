@@ -11,8 +11,11 @@ Contract:
     * A lease expires unless its worker heartbeats; its unmeasured candidates go back to the queue
       with a strike. A candidate that cost a measuring process twice (a crash reported, or an
       expired lease) is poisoned: recorded as a ``crash`` measurement and never handed out again.
-    * Reports are idempotent: a candidate is measured once; a second report of it (a retry, or a
-      late report of an expired lease measured elsewhere meanwhile) is ignored.
+    * A report counts only for the candidates its lease holds, the lease of the worker that
+      reports: a result for any other candidate (a retry, a late report of an expired lease, a
+      candidate of another lease, job or target) is ignored and counted as such. A report with a
+      latency no machine of the target could reach (``autosched.ceiling``) is refused whole.
+    * Reports are idempotent: a candidate is measured once; a second report of it changes nothing.
 """
 
 from __future__ import annotations
@@ -24,13 +27,16 @@ from datetime import datetime, timedelta
 from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
-from autosched.errors import NotFound
+from autosched.ceiling import impossible
+from autosched.errors import NotFound, UserError
 from autosched.log.jobs import queue_turns
 from autosched.log.models import (
     BestRecord,
     Candidate,
     CandidateState,
     Device,
+    Final,
+    FinalState,
     LeaseState,
     Measurement,
     Target,
@@ -235,26 +241,34 @@ class LeaseQueue:
 
         A ``crash`` result is a strike: the candidate goes back to the queue, or is poisoned at
         its second strike. The lease's candidates without a result go back to the queue.
+
+        Raises:
+            UserError: a result of the lease has a sample that is not a latency of its workload
+                on its target (``autosched.ceiling``); nothing is stored.
         """
         requeued = poisoned = 0
         with self._sessions.begin() as session:
             lease, device_id = self._held(session, worker_id, lease_id)
-            open_candidates = {
-                candidate.id: candidate
-                for candidate in session.scalars(
-                    select(Candidate)
+            held = {
+                candidate.id: (candidate, flops, target)
+                for candidate, flops, target in session.execute(
+                    select(Candidate, WorkloadRow.flops, Target.target_json)
+                    .join(WorkloadRow, WorkloadRow.id == Candidate.workload_id)
+                    .join(Target, Target.id == Candidate.target_id)
                     .where(
                         Candidate.id.in_([item.candidate_id for item in results]),
-                        Candidate.state.in_(_OUTSTANDING),
+                        Candidate.lease_id == lease_id,
+                        Candidate.state == CandidateState.LEASED,
                     )
-                    .with_for_update()
+                    .with_for_update(of=Candidate)
                 )
             }
             measured: list[ReportedResult] = []
             for item in results:
-                candidate = open_candidates.get(item.candidate_id)
-                if candidate is None:
+                if item.candidate_id not in held:
                     continue
+                candidate, flops, target = held[item.candidate_id]
+                _check_samples(item.candidate_id, item.result.samples, flops, target)
                 if item.result.error_kind is ErrorKind.CRASH:
                     struck = self._strike(session, candidate, item.result.error_msg or "crashed")
                     poisoned += struck
@@ -268,8 +282,8 @@ class LeaseQueue:
                     for item in measured
                 ],
                 {
-                    candidate.id: (candidate.workload_id, candidate.target_id)
-                    for candidate in open_candidates.values()
+                    candidate_id: (candidate.workload_id, candidate.target_id)
+                    for candidate_id, (candidate, _flops, _target) in held.items()
                 },
             )
             if lease.state is LeaseState.ACTIVE:
@@ -282,9 +296,25 @@ class LeaseQueue:
         self, worker_id: int, lease_id: int, retimed: Sequence[RetimedEntrant]
     ) -> bool:
         """Rank and store the final the lease holds (``autosched.log.retiming``); False where
-        it holds none now (a retry, or a lease that expired meanwhile): nothing changes then."""
+        it holds none now (a retry, or a lease that expired meanwhile): nothing changes then.
+
+        Raises:
+            UserError: a sample is not a latency of the final's workload on its target
+                (``autosched.ceiling``), or ``autosched.log.retiming`` refuses the report.
+        """
         with self._sessions.begin() as session:
             lease, device_id = self._held(session, worker_id, lease_id)
+            subject = session.execute(
+                select(WorkloadRow.flops, Target.target_json)
+                .select_from(Final)
+                .join(TuningJob, TuningJob.id == Final.job_id)
+                .join(WorkloadRow, WorkloadRow.id == TuningJob.workload_id)
+                .join(Target, Target.id == TuningJob.target_id)
+                .where(Final.lease_id == lease_id, Final.state == FinalState.LEASED)
+            ).one_or_none()
+            if subject is not None:
+                for entrant in retimed:
+                    _check_samples(entrant.candidate_id, entrant.samples, *subject)
             taken = Finals(self._log).report(session, lease_id, device_id, retimed)
             if lease.state is LeaseState.ACTIVE:
                 lease.state = LeaseState.REPORTED
@@ -522,6 +552,17 @@ class LeaseQueue:
             for candidate in held:
                 self._strike(session, candidate, "the lease expired without a report")
         return len(expired)
+
+
+def _check_samples(
+    candidate_id: int, samples: Sequence[float], flops: float | None, target: dict
+) -> None:
+    """Refuse the samples of a candidate where one cannot be a latency of its workload on its
+    target."""
+    for secs in samples:
+        why = impossible(secs, flops, target)
+        if why is not None:
+            raise UserError(f"candidate {candidate_id}: {why}")
 
 
 def _worker(session: Session, worker_id: int) -> Worker:

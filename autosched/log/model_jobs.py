@@ -25,11 +25,11 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from autosched.errors import NotFound
+from autosched.log.finalists import final_medians
 from autosched.log.jobs import OPEN_STATUSES, JobStore, ensure_room, queued_job
 from autosched.log.models import (
     BestRecord,
     Candidate,
-    FinalistTiming,
     Measurement,
     ModelJob,
     ModelJobRound,
@@ -447,14 +447,10 @@ def _progress(session: Session, job: ModelJob) -> ModelJobProgress:
 def _side_by_side(session: Session, job_id: int) -> tuple[float, float] | None:
     """The winner's and the untuned program's re-timed medians in the final of ``job_id``
     (a task's final round), where the untuned program was timed in it."""
-    timed = session.execute(
-        select(FinalistTiming.rank, FinalistTiming.median_secs, Candidate.trace_json)
-        .join(Candidate, Candidate.id == FinalistTiming.candidate_id)
-        .where(FinalistTiming.job_id == job_id)
-    ).all()
-    winner = next((median for rank, median, _trace in timed if rank == 1), None)
-    untuned = next((median for _rank, median, trace in timed if trace == BASELINE_TRACE), None)
-    return None if winner is None or untuned is None else (winner, untuned)
+    medians = final_medians(session, job_id)
+    if medians.winner is None or medians.untuned is None:
+        return None
+    return medians.winner, medians.untuned
 
 
 def _best_secs(session: Session, workload_id: int | None, target_id: int) -> float | None:

@@ -2,8 +2,9 @@
 results (or the final's timings), release.
 
 Only worker tokens may call these routes, and only the token a worker registered with may act for
-it (else 403). An unknown worker or lease is a 404: a worker that gets one after a server restart
-or a lost lease registers again.
+it (else 403), on a lease it holds. An unknown worker or lease is a 404: a worker that gets one
+after a server restart or a lost lease registers again. A report counts only for what its lease
+holds, and a latency no machine of the target could reach is refused (``autosched.ceiling``).
 """
 
 from __future__ import annotations
@@ -72,7 +73,9 @@ def lease(
 def report(
     worker_id: OwnWorkerId, lease_id: PathId, request: ReportRequest, leases: LeasesDep
 ) -> ReportOutcomePublic:
-    """Store the results of a lease's candidates; reporting the same results again is harmless."""
+    """Store the results of a lease's candidates; results for any other candidate, as for the
+    same results reported again, are ignored and counted. A sample beyond what any machine of the
+    target could reach refuses the report whole (422)."""
     results = [result.to_reported() for result in request.results]
     return ReportOutcomePublic.of(leases.report(worker_id, lease_id, results))
 

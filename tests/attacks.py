@@ -1,5 +1,6 @@
 """What a program that got past admission would do in a measuring process: run a command, read the
-environment and files, write outside its directory, open a socket, answer its parent with a pickle.
+environment and files, write outside its directory, open a socket, answer its parent with a pickle;
+and the program that does it as a library loads (`LoadPlantedLibrary`).
 
 Each is a request (``execute``) that a test sends to a real measuring child (``ChildProcess``), as
 a built library's code would run there; each returns what it managed, as text.
@@ -115,3 +116,44 @@ class _Exploit:
 
     def __reduce__(self) -> tuple:
         return (os.system, (self.command,))
+
+
+def planted_program(command: str) -> object:
+    """A PrimFunc whose loop carries ``pragma_import_llvm``: LLVM IR whose module assembly defines a
+    function that runs ``command`` and lists it in ``.init_array``, so that loading the built
+    library runs the command (x86-64)."""
+    import tvm
+    from tvm.script import tirx as T
+
+    assembly = [
+        ".pushsection .text", "planted:", "  subq $8, %rsp", "  leaq planted_command(%rip), %rdi",
+        "  call system@PLT", "  addq $8, %rsp", "  ret", ".popsection",
+        ".pushsection .rodata", "planted_command:", f"  .asciz \\22{command}\\22", ".popsection",
+        ".pushsection .init_array,\\22aw\\22", "  .quad planted", ".popsection",
+    ]  # fmt: skip
+    llvm_ir = "".join(f'module asm "{line}"\n' for line in assembly)
+
+    @T.prim_func
+    def main(A: T.Buffer((4,), "float32")) -> None:
+        for i in T.serial(4, annotations={"pragma_import_llvm": llvm_ir}):
+            A[i] = T.float32(1)
+
+    assert isinstance(main, tvm.tirx.PrimFunc)
+    return main
+
+
+@dataclass(frozen=True)
+class LoadPlantedLibrary:
+    """Build `planted_program` and load it, as a worker loads what it built: the command runs and
+    writes what it saw to ``seen.txt`` in the process's directory, returned here."""
+
+    command: str
+
+    def execute(self) -> str:
+        import tvm
+
+        library = Path("planted.so").absolute()
+        tvm.compile(planted_program(self.command), target="llvm").export_library(str(library))
+        tvm.runtime.load_module(str(library))
+        seen = Path("seen.txt")
+        return seen.read_text() if seen.exists() else "the command wrote nothing"

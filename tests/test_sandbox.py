@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import platform
 import socket
 import subprocess
 import sys
@@ -15,7 +16,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from attacks import Connect, PickleReply, ReadEnvironment, ReadFile, RunCommand, WriteFile
+from attacks import (
+    Connect,
+    LoadPlantedLibrary,
+    PickleReply,
+    ReadEnvironment,
+    ReadFile,
+    RunCommand,
+    WriteFile,
+)
 from helpers import autosched
 
 from autosched.measure import sandbox
@@ -55,6 +64,22 @@ def test_a_command_run_by_a_measured_program_holds_nothing_and_changes_nothing(
     output = child.call(RunCommand(f"env; id -u; echo x > {marker}; ls /root /home"), 30)
     assert SECRET not in output
     assert not marker.exists()
+
+
+@contained
+@pytest.mark.skipif(platform.machine() != "x86_64", reason="the planted code is x86-64 assembly")
+def test_code_planted_in_a_library_runs_as_it_loads_but_holds_no_secret(
+    child, tmp_path: Path
+) -> None:
+    stolen = tmp_path / "stolen"
+    command = (
+        f"(env; cat /proc/[0-9]*/environ; ls /root) > seen.txt 2>&1; "
+        f"echo $AUTOSCHED_WORKER_TOKEN > {stolen}"
+    )
+    seen = child.call(LoadPlantedLibrary(command), 120)
+    assert "PATH=" in seen  # the command ran
+    assert SECRET not in seen and "AUTOSCHED_DB" not in seen
+    assert not stolen.exists()
 
 
 @contained

@@ -91,25 +91,32 @@ def serve(
     from autosched.log import TuningLog
     from autosched.measure import sandbox
     from autosched.server.api.app import create_app
+    from autosched.server.connections import KEEP_ALIVE_SECS, with_header_deadline
     from autosched.server.settings import load_settings
 
     settings = load_settings(db_url=db, host=host, port=port, no_auth=no_auth or None)
     sandbox.require(unsafe=unsafe_no_sandbox)  # its model builds and any local worker's
     TuningLog(settings.db_url).close()  # a bad URL or database fails here, in one line
     app = create_app(settings, background=_background(settings, local_worker))
-    uvicorn.run(app, host=settings.host, port=settings.port)
+    uvicorn.run(
+        app,
+        host=settings.host,
+        port=settings.port,
+        http=with_header_deadline(settings.header_timeout_secs),
+        timeout_keep_alive=KEEP_ALIVE_SECS,
+    )
 
 
 def _background(settings: Settings, local_worker: bool) -> list[ServiceFactory]:
     """The services `serve` runs beside the API: the search engine, the driver of the model
     jobs, the trainer of the shared cost models, and maybe a local worker."""
     from autosched.server.engine import Engine
-    from autosched.server.models import ModelDriver
+    from autosched.server.models import ModelDriver, model_limits
     from autosched.server.trainer import ModelTrainer
 
     services: list[ServiceFactory] = [
         lambda stores: Engine(stores.log, claim_secs=settings.claim_secs),
-        lambda stores: ModelDriver(stores.log),
+        lambda stores: ModelDriver(stores.log, limits=model_limits(settings)),
         lambda stores: ModelTrainer(stores.log),
     ]
     if local_worker:

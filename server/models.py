@@ -13,7 +13,9 @@ the target, and a model whose outputs match is recorded as tuned (as `autosched 
 one).
 
 Only ONNX files are accepted: they are data. TVMScript files are evaluated by TVM's parser and
-PyTorch .pt2 files unpickled, so neither comes from the network.
+PyTorch .pt2 files unpickled, so neither comes from the network. The server imports and compiles
+a model, and runs it for the output check, in child processes under limits
+(``autosched.model.isolated``): here it only plans, stores and records.
 """
 
 from __future__ import annotations
@@ -21,11 +23,9 @@ from __future__ import annotations
 import logging
 import math
 import re
-import tempfile
 import threading
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,15 +39,17 @@ from autosched.log.jobs import JobStore
 from autosched.log.model_jobs import ModelJobStore, ModelJobTaskEntry, RoundResult
 from autosched.log.subjects import ensure_target
 from autosched.model import SERVICE_REFUSALS
-from autosched.model.compile import (
-    OutputMismatch,
-    best_schedules,
-    check_outputs,
-    compile_model,
+from autosched.model.compile import TaskSchedule, best_schedules
+from autosched.model.isolated import (
+    ModelLimits,
+    ModelSource,
+    build_model,
+    import_model,
 )
-from autosched.model.load import InputSpec, Model, load_model
+from autosched.model.load import InputSpec
+from autosched.model.onnx_bounds import TensorBounds
 from autosched.model.scheduler import TaskScheduler
-from autosched.model.tasks import ModelTask, extract_tasks
+from autosched.model.tasks import ModelTask
 from autosched.model.tuning import (
     CANNOT_SCHEDULE,
     ModelTuneReport,
@@ -56,7 +58,8 @@ from autosched.model.tuning import (
     task_outcomes,
 )
 from autosched.protocol import ModelJobCreate
-from autosched.records import JobProgress, JobStatus, ModelJobProgress
+from autosched.records import JobProgress, JobStatus, ModelJobProgress, RecordView
+from autosched.server.settings import Settings
 from autosched.target import canonical_target, host_target, parse_target, withheld_features
 
 logger = logging.getLogger(__name__)
@@ -99,78 +102,93 @@ def submit_model(
     target: dict,
     *,
     max_input_bytes: int,
+    limits: ModelLimits,
     owner: str | None = None,
     max_open: int | None = None,
 ) -> int:
     """Make an admitted upload a queued model job of ``owner`` for ``target``; returns its id.
 
-    The file is imported and its tasks extracted before anything is stored; then the tasks'
-    workloads and the model job with its file are.
+    The file is imported and its tasks extracted (in a child under ``limits``) before anything
+    is stored; then the tasks' workloads and the model job with its file are.
 
     Raises:
         UserError: the file is not a self-contained ONNX model, an operator is not supported
-            (named), an input's shape is not static and ``fields.inputs`` do not fix it, or the
-            inputs hold over ``max_input_bytes``.
+            (named), an input's shape is not static and ``fields.inputs`` do not fix it, a tensor
+            is over the bounds, or the inputs hold over ``max_input_bytes``.
+        TooLarge: importing it needs more memory than ``limits`` give.
         OverLimit: ``owner`` has ``max_open`` model jobs queued or running already.
     """
     target = canonical_target(target)
-    with _model_file(upload.data, upload.name, fields.inputs, label=upload.label) as model:
-        inputs_bytes = sum(_bytes(spec) for spec in model.inputs)
-        if inputs_bytes > max_input_bytes:
-            raise UserError(
-                f"the model's inputs hold {inputs_bytes} bytes, over the limit of "
-                f"{max_input_bytes} (AUTOSCHED_MAX_PROGRAM_BYTES)"
-            )
-        tasks = extract_tasks(model, target)
-        plan = plan_tasks(log, tasks, target, fields.trials)
-        entries = [
-            ModelJobTaskEntry(
-                name=task.name,
-                weight=task.weight,
-                workload_key=task.key,
-                default_schedule=plan.failed.get(index),
-                reused_records=plan.reused.get(index, 0),
-            )
-            for index, task in enumerate(tasks)
-        ]
-        return ModelJobStore(log).submit(
-            name=upload.name,
-            onnx=upload.data,
-            inputs=[spec.as_json() for spec in model.inputs],
-            target_id=ensure_target(log, target).id,
-            trials=fields.trials,
-            batch_size=fields.batch_size,
-            strategy=fields.strategy,
-            seed=fields.seed,
-            tasks=entries,
-            finalists=fields.finalists,
-            final_rounds=fields.final_rounds,
-            owner=owner,
-            max_open=max_open,
+    source = ModelSource(upload.data, upload.name, upload.label, tuple(fields.inputs))
+    model = import_model(source, target, limits)
+    inputs_bytes = sum(_bytes(spec) for spec in model.inputs)
+    if inputs_bytes > max_input_bytes:
+        raise UserError(
+            f"the model's inputs hold {inputs_bytes} bytes, over the limit of "
+            f"{max_input_bytes} (AUTOSCHED_MAX_PROGRAM_BYTES)"
         )
+    tasks = model.model_tasks()
+    plan = plan_tasks(log, tasks, target, fields.trials)
+    entries = [
+        ModelJobTaskEntry(
+            name=task.name,
+            weight=task.weight,
+            workload_key=task.key,
+            default_schedule=plan.failed.get(index),
+            reused_records=plan.reused.get(index, 0),
+        )
+        for index, task in enumerate(tasks)
+    ]
+    return ModelJobStore(log).submit(
+        name=upload.name,
+        onnx=upload.data,
+        inputs=[spec.as_json() for spec in model.inputs],
+        target_id=ensure_target(log, target).id,
+        trials=fields.trials,
+        batch_size=fields.batch_size,
+        strategy=fields.strategy,
+        seed=fields.seed,
+        tasks=entries,
+        finalists=fields.finalists,
+        final_rounds=fields.final_rounds,
+        owner=owner,
+        max_open=max_open,
+    )
 
 
-def model_library(log: TuningLog, model_id: int, target_text: str | None) -> tuple[str, bytes]:
+def model_library(
+    log: TuningLog, model_id: int, target_text: str | None, *, limits: ModelLimits
+) -> tuple[str, bytes]:
     """The model job's model compiled with the log's best schedules of its tasks on the target
     (by default the model job's; else a target key, target JSON, or the model job's kind), as
-    the bytes of a Relax VM library (``.so``) and its file name.
+    the bytes of a Relax VM library (``.so``) and its file name; imported and compiled in
+    children under ``limits``.
 
     Raises:
         NotFound: no such model job, or a target it was not tuned for.
         Conflict: the model job failed its output check.
         UserError: the target is malformed, or TVM cannot build the model for it.
+        TooLarge: importing or compiling it needs more memory than ``limits`` give.
     """
     progress = ModelJobStore(log).progress(model_id)
     if progress.status is JobStatus.FAILED:
         raise Conflict(f"model job {model_id} failed ({progress.reason}); it has no library")
     target = _library_target(log, progress, target_text)
-    with _stored_model(log, progress) as model:
-        tasks = extract_tasks(model, target)
-        executable = compile_model(model, best_schedules(log, tasks, target), target)
-        with tempfile.TemporaryDirectory(prefix="autosched-library-") as folder:
-            path = Path(folder) / f"{progress.name}.so"
-            executable.export_library(str(path))
-            return path.name, path.read_bytes()
+    source = _stored_source(log, progress)
+    tasks = import_model(source, target, limits).model_tasks()
+    records = _records(best_schedules(log, tasks, target))
+    built = build_model(source, target, limits, records, check=False, library=True)
+    assert built.library is not None
+    return f"{progress.name}.so", built.library
+
+
+def model_limits(settings: Settings) -> ModelLimits:
+    """The limits of the children that import and compile models, as the settings say."""
+    return ModelLimits(
+        memory_bytes=settings.model_memory_bytes,
+        secs=settings.model_secs,
+        bounds=TensorBounds(settings.max_tensor_bytes, settings.max_program_bytes),
+    )
 
 
 class ModelDriver(BackgroundLoop):
@@ -179,13 +197,15 @@ class ModelDriver(BackgroundLoop):
 
     Args:
         log: the tuning log.
+        limits: of the children that import, compile and check the models.
         poll_secs: pause between rounds of the loop.
     """
 
     name = "model-driver"
 
-    def __init__(self, log: TuningLog, *, poll_secs: float = 0.5) -> None:
+    def __init__(self, log: TuningLog, *, limits: ModelLimits, poll_secs: float = 0.5) -> None:
         self._log = log
+        self._limits = limits
         self._models = ModelJobStore(log)
         self._jobs = JobStore(log)
         self._poll_secs = poll_secs
@@ -273,36 +293,41 @@ class ModelDriver(BackgroundLoop):
         started = time.perf_counter()
         target = progress.target.target_json
         failed = {t.position: t.default_schedule for t in progress.tasks if t.default_schedule}
-        with _stored_model(self._log, progress) as model:
-            tasks = _same_tasks(extract_tasks(model, target), progress)
-            schedules, outcomes = task_outcomes(
-                self._log,
-                tasks,
-                target,
-                failed=failed,
-                allocation={t.position: t.trials for t in progress.tasks},
-                reused={t.position: t.reused_records for t in progress.tasks},
-            )
-            executable = compile_model(model, schedules, target)
-            unchecked = why_not_checked_here(target)
-            if unchecked is not None:
-                check = {"ran": False, "reference": model.reference_name, "reason": unchecked}
-                self._models.end(progress.id, JobStatus.FINISHED, output_check=check)
-                return
-            try:
-                checked = check_outputs(model, executable, target)
-            except OutputMismatch as error:
-                check = {"ran": True, "reference": model.reference_name, "reason": _line(error)}
-                self._models.end(
-                    progress.id, JobStatus.FAILED, reason=_line(error), output_check=check
-                )
-                return
-            report = ModelTuneReport(
-                model.name, target, outcomes, checked, time.perf_counter() - started
-            )
-            record_tuned_model(self._log, model, progress.target.id, report)
-            check = {"ran": True, **checked.as_json()}
+        source = _stored_source(self._log, progress)
+        model = import_model(source, target, self._limits)
+        tasks = _same_tasks(model.model_tasks(), progress)
+        schedules, outcomes = task_outcomes(
+            self._log,
+            tasks,
+            target,
+            failed=failed,
+            allocation={t.position: t.trials for t in progress.tasks},
+            reused={t.position: t.reused_records for t in progress.tasks},
+        )
+        unchecked = why_not_checked_here(target)
+        built = build_model(
+            source,
+            target,
+            self._limits,
+            _records(schedules),
+            check=unchecked is None,
+            library=False,
+        )
+        if unchecked is not None:
+            check = {"ran": False, "reference": model.reference_name, "reason": unchecked}
             self._models.end(progress.id, JobStatus.FINISHED, output_check=check)
+            return
+        if built.check is None:
+            reason = built.mismatch or "the output check did not run"
+            check = {"ran": True, "reference": model.reference_name, "reason": reason}
+            self._models.end(progress.id, JobStatus.FAILED, reason=reason, output_check=check)
+            return
+        report = ModelTuneReport(
+            model.name, target, outcomes, built.check, time.perf_counter() - started
+        )
+        record_tuned_model(self._log, model, progress.target.id, report)
+        check = {"ran": True, **built.check.as_json()}
+        self._models.end(progress.id, JobStatus.FINISHED, output_check=check)
 
     def run(self, stop: threading.Event) -> None:
         """Run passes until ``stop`` is set, waiting out outages of the log's database."""
@@ -372,63 +397,23 @@ def _library_target(log: TuningLog, progress: ModelJobProgress, text: str | None
     )
 
 
-@contextmanager
-def _stored_model(log: TuningLog, progress: ModelJobProgress) -> Iterator[Model]:
-    """The model job's model, imported from its file in the log."""
-    given = [
+def _stored_source(log: TuningLog, progress: ModelJobProgress) -> ModelSource:
+    """The model job's file in the log, with the input shapes it was submitted with."""
+    given = tuple(
         f"{spec['name']}={'x'.join(str(d) for d in spec['shape'])}:{spec['dtype']}"
         for spec in progress.inputs
-    ]
+    )
     data = ModelJobStore(log).onnx(progress.id)
-    with _model_file(data, progress.name, given, label=f"model job {progress.id}") as model:
-        yield model
+    return ModelSource(data, progress.name, f"model job {progress.id}", given)
 
 
-@contextmanager
-def _model_file(data: bytes, name: str, inputs: Sequence[str], *, label: str) -> Iterator[Model]:
-    """The ONNX model ``data`` imported from a scratch file named after ``name``, with its
-    problems named after ``label`` rather than the scratch file.
-
-    Raises:
-        UserError: not an ONNX model, one with external data, an operator not supported, or an
-            input whose shape is not static.
-    """
-    _refuse_external_data(data, label)
-    with tempfile.TemporaryDirectory(prefix="autosched-model-") as folder:
-        path = Path(folder) / f"{name}.onnx"
-        path.write_bytes(data)
-        try:
-            model = load_model(path, inputs)
-            yield model
-        except UserError as error:
-            message = str(error).replace(str(path), label).replace("--input", "inputs")
-            raise type(error)(message) from None
-
-
-def _refuse_external_data(data: bytes, label: str) -> None:
-    """Refuse an ONNX file whose tensors live in other files: a file from the network names
-    no file of the server's.
-
-    Raises:
-        UserError: the file is not an ONNX model, or it refers to external data.
-    """
-    try:
-        import onnx
-    except ImportError:
-        raise UserError(
-            "this server cannot read ONNX files: pip install 'autosched[models]'"
-        ) from None
-    try:
-        proto = onnx.load_model_from_string(data)
-    except Exception as error:  # protobuf's decode errors
-        raise UserError(f"{label}: not a valid ONNX model: {_line(error)}") from None
-    tensors = [*proto.graph.initializer]
-    for node in proto.graph.node:
-        tensors.extend(attribute.t for attribute in node.attribute if attribute.HasField("t"))
-    if any(tensor.data_location == onnx.TensorProto.EXTERNAL for tensor in tensors):
-        raise UserError(
-            f"{label}: its tensors are kept in external files; send one self-contained ONNX file"
-        )
+def _records(schedules: Sequence[TaskSchedule]) -> dict[str, RecordView]:
+    """The record each scheduled task compiles with, by its workload's key."""
+    return {
+        schedule.task.key: schedule.record
+        for schedule in schedules
+        if schedule.task.key is not None and schedule.record is not None
+    }
 
 
 def _model_name(filename: str | None) -> str:

@@ -16,6 +16,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from autosched.admission import DEFAULT_MAX_PROGRAM_BYTES
 from autosched.errors import UserError
 from autosched.log.tokens import MIN_TOKEN_CHARS, Role
+from autosched.model.onnx_bounds import DEFAULT_MAX_TENSOR_BYTES
 from autosched.protocol import MAX_TRIALS, problem_line
 
 ENV_PREFIX = "AUTOSCHED_"
@@ -53,6 +54,16 @@ class Settings(BaseSettings):
     claim_secs: float = Field(30.0, gt=0, description="How long an engine's claim on a job holds.")
     max_program_bytes: int = Field(
         DEFAULT_MAX_PROGRAM_BYTES, ge=1, description="Buffer bytes a submitted program may hold."
+    )
+    max_tensor_bytes: int = Field(
+        DEFAULT_MAX_TENSOR_BYTES, ge=1, description="Bytes a tensor of an uploaded model may hold."
+    )
+    model_memory_bytes: int = Field(
+        8 << 30, ge=1 << 30, description="Address space of a process importing or building a model."
+    )
+    model_secs: float = Field(600.0, gt=0, description="Time a model's import or compile may take.")
+    header_timeout_secs: float = Field(
+        10.0, gt=0, description="Time a client has to send a request's headers."
     )
     max_job_trials: int = Field(
         20_000, ge=1, le=MAX_TRIALS, description="Most trials a job or model job may ask for."

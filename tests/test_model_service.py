@@ -1,13 +1,16 @@
 """Whole models through the service: an ONNX upload becomes a model job whose tasks are tuned
 round by round as ordinary jobs by a real worker process, through a server killed and restarted
 on the way; its compiled library, downloaded, runs in TVM's VM as ONNX Runtime does. Bad uploads
-are each one 4xx line, with nothing stored."""
+are each one 4xx line, with nothing stored; a memory bomb among them, and one that outgrows the
+child process importing it costs that child, not the server."""
 
 from __future__ import annotations
 
 import json
+import resource
 import signal
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -16,14 +19,17 @@ import pytest
 from fastapi.testclient import TestClient
 from helpers import Cli, on_sqlite, wait_for
 from model_files import write_mlp_onnx, write_onnx_with
+from onnx_bombs import write_bomb
 from test_service_e2e import Service
 
 from autosched.log import TuningLog
 from autosched.log.finalists import FinalistStore
 from autosched.log.jobs import JobStore
 from autosched.log.model_jobs import ModelJobStore
+from autosched.log.subjects import ensure_target
 from autosched.log.tokens import Role
 from autosched.records import BASELINE_TRACE
+from autosched.search.registry import DEFAULT_STRATEGY
 from autosched.server.api.app import create_app
 from autosched.server.models import why_not_checked_here
 from autosched.server.settings import Settings
@@ -34,14 +40,20 @@ MAX_MODEL = 64 << 10  # the MLP file is 18 KiB
 ENDED = ("finished", "failed", "cancelled")
 
 
-@pytest.fixture
-def api(db_url: str) -> Iterator[TestClient]:
-    """The API in-process (no engine, no driver), with a client token and a small upload limit."""
-    settings = Settings(db_url=db_url, max_model_bytes=MAX_MODEL)
+@contextmanager
+def _serving(settings: Settings) -> Iterator[TestClient]:
+    """The API in-process (no engine, no driver) with ``settings``, and a client token."""
     app = create_app(settings)
     with TestClient(app) as http:
         token = app.state.stores.tokens.create(Role.CLIENT, "test")
         http.headers["Authorization"] = f"Bearer {token}"
+        yield http
+
+
+@pytest.fixture
+def api(db_url: str) -> Iterator[TestClient]:
+    """The API with a small upload limit."""
+    with _serving(Settings(db_url=db_url, max_model_bytes=MAX_MODEL)) as http:
         yield http
 
 
@@ -56,12 +68,14 @@ def test_bad_uploads_are_refused_with_one_line_and_nothing_is_stored(
 ) -> None:
     mlp = write_mlp_onnx(tmp_path / "mlp.onnx", batch="batch").read_bytes()
     det = write_onnx_with(tmp_path / "det.onnx", "Det").read_bytes()
+    bomb = write_bomb(tmp_path / "bomb.onnx", "ConstantOfShape").read_bytes()
     cases = {
         "not a model": (("junk.onnx", b"\x00not a model\xff" * 8), {}, 422, "not a valid ONNX"),
         "TVMScript": (("mlp.py", b"@I.ir_module\nclass M: ..."), {}, 422, "evaluates it as Python"),
         "a .pt2 file": (("mlp.pt2", b"PK\x03\x04"), {}, 422, "unpickles it"),
         "over the limit": (("big.onnx", b"\x00" * (MAX_MODEL + 1)), {}, 413, "over the limit"),
         "unsupported operator": (("det.onnx", det), {}, 422, "does not support: Det"),
+        "a memory bomb": (("bomb.onnx", bomb), {}, 422, "(ConstantOfShape) holds 1073741824 bytes"),
         "no static shape": (("mlp.onnx", mlp), {}, 422, "give it with inputs x=DIMxDIM"),
         "a misspelt field": (("mlp.onnx", mlp), {"input": "x=16x64"}, 422, "input: Extra inputs"),
         "finalists below 0": (("mlp.onnx", mlp), {"finalists": -1}, 422, "finalists: Input"),
@@ -76,6 +90,51 @@ def test_bad_uploads_are_refused_with_one_line_and_nothing_is_stored(
     assert streamed.status_code == 413, streamed.text
     assert api.get("/api/v1/models").json() == {"data": [], "count": 0}
     assert api.get("/api/v1/workloads").json()["count"] == 0
+
+
+@on_sqlite
+def test_a_model_that_outgrows_its_importing_process_costs_that_process_not_the_server(
+    db_url: str, tmp_path: Path
+) -> None:
+    """The bounds on tensors lifted, a bomb is imported, in a child of 2 GiB of address space:
+    it runs out there, the upload is one 413 line, and the server, which grew by far less than
+    the bomb's gigabyte, goes on importing models; one stored in the log is refused as well."""
+    bomb = write_bomb(tmp_path / "bomb.onnx", "ConstantOfShape").read_bytes()
+    mlp = write_mlp_onnx(tmp_path / "mlp.onnx").read_bytes()
+    settings = Settings(db_url=db_url, max_tensor_bytes=1 << 40, model_memory_bytes=2 << 30)
+    with _serving(settings) as http:
+        peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        response = _upload(http, "bomb.onnx", bomb)
+        assert response.status_code == 413, response.text
+        detail = response.json()["detail"]
+        assert detail.startswith("bomb.onnx: ") and "\n" not in detail
+        assert "(the limit: 2147483648 bytes of memory (AUTOSCHED_MODEL_MEMORY_BYTES))" in detail
+        grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak_kib
+        assert grown < 256 << 10, f"the server grew by {grown} KiB"
+        assert http.get("/api/v1/models").json()["count"] == 0
+        imported = _upload(http, "mlp.onnx", mlp)
+        assert imported.status_code == 201, imported.text
+        with TuningLog(db_url) as log:  # as a server without the bounds stored it
+            models = ModelJobStore(log)
+            stored = models.submit(
+                name="bomb", onnx=bomb, inputs=[], target_id=ensure_target(log, host_target()).id,
+                trials=2, batch_size=1, strategy=DEFAULT_STRATEGY, seed=0, tasks=[], finalists=0,
+                final_rounds=1, owner=models.owner(imported.json()["id"]),
+            )  # fmt: skip
+        library = http.get(f"/api/v1/models/{stored}/library")
+        assert library.status_code == 413, library.text
+        assert library.json()["detail"].startswith(f"model job {stored}: ")
+
+
+@on_sqlite
+def test_an_import_past_its_time_is_one_line(db_url: str, tmp_path: Path) -> None:
+    mlp = write_mlp_onnx(tmp_path / "mlp.onnx").read_bytes()
+    with _serving(Settings(db_url=db_url, model_secs=0.05)) as http:
+        response = _upload(http, "mlp.onnx", mlp)
+    assert response.status_code == 422, response.text
+    assert response.json()["detail"] == (
+        "mlp.onnx: importing it took over 0.05 s, the limit (AUTOSCHED_MODEL_SECS)"
+    )
 
 
 def test_an_upload_is_a_queued_model_job_with_its_tasks(api: TestClient, tmp_path: Path) -> None:

@@ -94,10 +94,13 @@ def fill_database(database: Database, schedules: Sequence[TaskSchedule], target:
     tvm_target = to_tvm_target(target)
     committed = 0
     for schedule in schedules:
+        tvm_mod = schedule.task.tvm_mod
         if schedule.record is None:
             continue
-        func = next(func for _, func in schedule.task.tvm_mod.functions_items())
-        sch = apply_trace(schedule.task.tvm_mod, schedule.record.trace_json)
+        if tvm_mod is None:
+            raise ValueError(f"task {schedule.task.name} was not extracted in this process")
+        func = next(func for _, func in tvm_mod.functions_items())
+        sch = apply_trace(tvm_mod, schedule.record.trace_json)
         if not sch.trace.insts:
             # The untuned program measured fastest. TVM's databases pass over a trace that
             # schedules nothing, so it is recorded as one that only looks up the root block.
@@ -105,7 +108,7 @@ def fill_database(database: Database, schedules: Sequence[TaskSchedule], target:
         database.commit_tuning_record(
             TuningRecord(
                 sch.trace,
-                database.commit_workload(schedule.task.tvm_mod),
+                database.commit_workload(tvm_mod),
                 list(schedule.record.samples),
                 tvm_target,
                 ArgInfo.from_prim_func(func),

@@ -60,13 +60,14 @@ class ModelTask:
     """One fused kernel of a model.
 
     ``tvm_mod`` is the PrimFunc as MetaSchedule extracts it, the module TVM's databases key its
-    schedule by; ``workload`` its admitted form that the log tunes (None, with ``problem``, when
-    it is not admitted: it keeps the default schedule).
+    schedule by (None in a process that only plans and records tasks, the service's, whose child
+    extracts and compiles them: ``isolated``); ``workload`` its admitted form that the log tunes
+    (None, with ``problem``, when it is not admitted: it keeps the default schedule).
     """
 
     name: str
     weight: int
-    tvm_mod: tvm.IRModule
+    tvm_mod: tvm.IRModule | None
     workload: Workload | None
     problem: str | None = None
 

@@ -36,6 +36,7 @@ from autosched.model.compile import (
     check_outputs,
     compile_model,
 )
+from autosched.model.isolated import ImportedModel
 from autosched.model.load import Model
 from autosched.model.scheduler import TaskScheduler
 from autosched.model.tasks import ModelTask
@@ -382,9 +383,10 @@ def task_outcomes(
 
 
 def record_tuned_model(
-    log: TuningLog, model: Model, target_id: int, report: ModelTuneReport
+    log: TuningLog, model: Model | ImportedModel, target_id: int, report: ModelTuneReport
 ) -> None:
-    """Record ``model`` as tuned for the target, with its tasks, once its outputs matched."""
+    """Record ``model`` (imported here, or by a child) as tuned for the target, with its
+    tasks, once its outputs matched."""
     TunedModelStore(log).record(
         key=model.key,
         name=model.name,

@@ -29,7 +29,7 @@ from autosched.server.api.deps import (
     Submitter,
 )
 from autosched.server.api.resolve import job_target
-from autosched.server.models import admit_upload, model_library, submit_model
+from autosched.server.models import admit_upload, model_library, model_limits, submit_model
 
 router = APIRouter(prefix="/models", tags=["models"], dependencies=[JobReaderAuth])
 
@@ -75,6 +75,7 @@ def submit_model_job(
         fields,
         target,
         max_input_bytes=settings.max_program_bytes,
+        limits=model_limits(settings),
         owner=owner,
         max_open=settings.max_client_model_jobs,
     )
@@ -121,6 +122,7 @@ def cancel_model_job(model_id: OwnModelId, models: ModelsDep) -> ModelJobPublic:
 def get_model_library(
     model_id: OwnModelId,
     log: LogDep,
+    settings: SettingsDep,
     target: Annotated[
         str | None,
         Query(
@@ -133,7 +135,7 @@ def get_model_library(
 ) -> Response:
     """The model compiled with the log's best schedule of each task on the target (a task
     without one keeps TVM's default schedule)."""
-    name, library = model_library(log, model_id, target)
+    name, library = model_library(log, model_id, target, limits=model_limits(settings))
     return Response(
         library,
         media_type=_LIBRARY,

@@ -17,8 +17,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from autosched.errors import TooLarge, UserError
+from autosched.errors import ServiceUnavailable, TooLarge, UserError
 from autosched.measure.child import ChildDied, ChildProcess, ChildTimeout, RequestFailed
+from autosched.measure.forkserver import ForkServerLost
 from autosched.measure.serving import ResourceLimits
 from autosched.model.compile import (
     OutputCheck,
@@ -126,6 +127,14 @@ class Refusal:
 
 
 @dataclass(frozen=True)
+class Started:
+    """Answer at once: the child is up."""
+
+    def execute(self) -> None:
+        return None
+
+
+@dataclass(frozen=True)
 class ImportModel:
     """Import a model file and extract its tasks for ``target``."""
 
@@ -204,6 +213,7 @@ def import_model(source: ModelSource, target: dict, limits: ModelLimits) -> Impo
             (named), an input's shape is not static, a tensor is over the bounds, or the child
             ran past its time.
         TooLarge: the child ran out of memory, or died.
+        ServiceUnavailable: no child starts (the server's fault, not the file's).
     """
     imported = _run(ImportModel(source, target, limits.bounds), limits, source, "importing it")
     assert isinstance(imported, ImportedModel)
@@ -224,7 +234,7 @@ def build_model(
 
     Raises:
         UserError: TVM cannot build it, or as `import_model`.
-        TooLarge: as `import_model`.
+        TooLarge, ServiceUnavailable: as `import_model`.
     """
     request = BuildModel(source, target, limits.bounds, dict(records), check, library)
     built = _run(request, limits, source, "compiling it")
@@ -235,7 +245,8 @@ def build_model(
 def _run(
     request: ImportModel | BuildModel, limits: ModelLimits, source: ModelSource, doing: str
 ) -> ImportedModel | BuiltModel:
-    """The reply of a fresh child to ``request``, its failures made one-line errors."""
+    """The reply of a fresh child to ``request``, its failures made one-line errors: the
+    model's (4xx), or, where no child starts, the server's (`ServiceUnavailable`)."""
     child = ChildProcess(
         env={"TVM_NUM_THREADS": "1"},
         limits=ResourceLimits(
@@ -243,6 +254,11 @@ def _run(
         ),
     )
     memory = f"{limits.memory_bytes} bytes of memory ({MEMORY_VARIABLE})"
+    try:
+        child.call(Started(), limits.secs)
+    except (ChildDied, ChildTimeout, ForkServerLost, RequestFailed) as error:
+        child.close()
+        raise ServiceUnavailable(f"the server cannot start a process for models: {error}") from None
     try:
         reply = child.call(request, limits.secs)
     except ChildTimeout:

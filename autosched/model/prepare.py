@@ -2,6 +2,8 @@
 passes of `for_inference`, TVM's own (as ``static_shape_tuning_pipeline`` starts) and the
 rewrites defined here, each a pass over the module's Relax functions.
 
+- `bools_as_integers`: comparisons and arithmetic of booleans, which TVM's LLVM code generator
+  cannot compile, computed on integers.
 - ``DecomposeOpsForInference`` and ``CanonicalizeBindings``: a batch norm becomes arithmetic that
   fuses into the convolution before it.
 - `matmuls_in_their_batches`: a matmul that PyTorch exported between two reshapes (tokens
@@ -10,8 +12,8 @@ rewrites defined here, each a pass over the module's Relax functions.
 - ``FoldConstant``, then `parallel_matmuls_combined` (``autosched.model.parallel``): linear layers
   that read the same input (a transformer's query, key and value projections) become one matmul
   by their weights side by side, whose columns they take.
-- `clips_as_bounds`, then ``ConvertLayout`` to `CONV_LAYOUTS`: convolutions run channels-last,
-  each ReLU6 fused into the convolution before it.
+- `clips_as_bounds` and `axes_counted_from_the_front`, then ``ConvertLayout`` to `CONV_LAYOUTS`:
+  convolutions run channels-last, each ReLU6 fused into the convolution before it.
 - `gelus_written_out`, then ``FastMathTransform``: exponentials, error functions and tangents
   (GELUs and softmaxes included) take TVM's fast float32 forms, polynomials that vectorize, where
   LLVM would call libm's scalar ``expf`` or ``erff`` once per element.
@@ -22,7 +24,9 @@ a compiled model is checked against its framework's outputs all the same.
 
 from __future__ import annotations
 
+import functools
 import math
+import operator
 from collections.abc import Sequence
 
 import tvm
@@ -43,6 +47,7 @@ def for_inference() -> tvm.transform.Pass:
     """The passes that make an imported model ready for inference, in order."""
     return tvm.transform.Sequential(
         [
+            bools_as_integers,
             relax.transform.DecomposeOpsForInference(),
             relax.transform.CanonicalizeBindings(),
             matmuls_in_their_batches,
@@ -51,12 +56,65 @@ def for_inference() -> tvm.transform.Pass:
             relax.transform.FoldConstant(),
             parallel_matmuls_combined,
             clips_as_bounds,
+            axes_counted_from_the_front,
             relax.transform.ConvertLayout(CONV_LAYOUTS),
             gelus_written_out,
             relax.transform.FastMathTransform(),
         ],
         name="ForInference",
     )
+
+
+_COMPARISONS = frozenset(
+    f"relax.{name}"
+    for name in ("equal", "not_equal", "less", "less_equal", "greater", "greater_equal")
+)
+_BOOLEAN_OPS = _COMPARISONS | {
+    f"relax.{name}" for name in ("add", "multiply", "maximum", "minimum", "max", "min")
+}
+"""Operators whose code TVM's LLVM generator cannot emit on booleans: it takes a boolean for a
+float (LLVM's verifier refuses ``fcmp`` on ``i1``; the check ``t.MatchesCode(kDLFloat)`` fails)."""
+
+
+@tvm.transform.module_pass(opt_level=0, name="BoolsAsIntegers")
+def bools_as_integers(mod: tvm.IRModule, _context: tvm.transform.PassContext) -> tvm.IRModule:
+    """Every operator of `_BOOLEAN_OPS` whose operands are all booleans, computed on them as
+    ``uint8`` (a boolean result cast back: a sum of booleans is their ``or``, a product their
+    ``and``, as PyTorch and ONNX compute them); and every ``R.cumsum`` of booleans that names no
+    dtype as PyTorch counts them, in ``int64``.
+
+    TVM cannot compile the first on booleans, and its PyTorch importer gives ``torch.cumsum`` of
+    booleans a boolean result (Hugging Face's attention masks number packed sequences so, then
+    compare the numbers: the GPT-2 and LLaMA of ``transformers`` do).
+    """
+    reductions = {"relax.max", "relax.min", "relax.cumsum"}
+    pattern = functools.reduce(
+        operator.or_,
+        [
+            is_op(name)(wildcard()) if name in reductions else is_op(name)(wildcard(), wildcard())
+            for name in sorted(_BOOLEAN_OPS | {"relax.cumsum"})
+        ],
+    )
+
+    def as_integers(call: relax.Call, _matches: object) -> relax.Expr:
+        if not all(_is_bool(arg) for arg in call.args):
+            return call
+        if call.op.name == "relax.cumsum":
+            if call.attrs.dtype is not None and str(call.attrs.dtype) not in ("", "void"):
+                return call
+            (data,) = call.args
+            return relax.op.cumsum(
+                relax.op.astype(data, "int64"), call.attrs.axis, exclusive=call.attrs.exclusive
+            )
+        computed = relax.Call(call.op, [relax.op.astype(a, "uint8") for a in call.args], call.attrs)
+        return computed if call.op.name in _COMPARISONS else relax.op.astype(computed, "bool")
+
+    return rewrite_calls(mod, pattern, as_integers)
+
+
+def _is_bool(expr: relax.Expr) -> bool:
+    ty = expr.ty
+    return isinstance(ty, relax.TensorType) and str(ty.dtype) == "bool"
 
 
 @tvm.transform.module_pass(opt_level=0, name="MatmulsInTheirBatches")
@@ -155,6 +213,30 @@ def clips_as_bounds(mod: tvm.IRModule, _context: tvm.transform.PassContext) -> t
         return relax.op.minimum(relax.op.maximum(value, low), high)
 
     return rewrite_calls(mod, pattern, as_bounds)
+
+
+@tvm.transform.module_pass(opt_level=0, name="AxesCountedFromTheFront")
+def axes_counted_from_the_front(
+    mod: tvm.IRModule, _context: tvm.transform.PassContext
+) -> tvm.IRModule:
+    """Every ``R.squeeze`` whose axes count from the back, with the same axes counted from the
+    front: ``squeeze(x, [-2])`` of a 5-d ``x`` as ``squeeze(x, [3])``.
+
+    ``ConvertLayout``'s layout inference of a squeeze indexes a string of the tensor's
+    dimensions by each axis as written, so a negative one writes before the string, corrupting
+    memory (``std::bad_alloc`` as the model is prepared). PyTorch exports the split of
+    ``nn.MultiheadAttention``'s packed projections as ``squeeze(-2)``.
+    """
+    pattern = is_op("relax.squeeze")(wildcard())
+
+    def counted(call: relax.Call, _matches: object) -> relax.Expr:
+        (data,) = call.args
+        axes, ndim = call.attrs.axis, data.ty.ndim
+        if axes is None or ndim < 0 or all(axis >= 0 for axis in axes):
+            return call
+        return relax.op.squeeze(data, [axis % ndim for axis in axes])
+
+    return rewrite_calls(mod, pattern, counted)
 
 
 @tvm.transform.module_pass(opt_level=0, name="GelusWrittenOut")

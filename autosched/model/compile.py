@@ -149,9 +149,30 @@ def scheduled_module(model: Model, database: Database, target: dict) -> tvm.IRMo
             )(mod)
         # A kernel that stores a weight in its own layout starts by packing it: split that off
         # into a function of its own, which folds on the bound weight and is then dropped.
-        mod = relax.transform.SplitLayoutRewritePreproc()(mod)
+        mod = _weight_packing_split(mod)
         mod = relax.transform.FoldConstant()(mod)
         return relax.transform.DeadCodeElimination(["main"])(mod)
+
+
+def _weight_packing_split(mod: tvm.IRModule) -> tvm.IRModule:
+    """``SplitLayoutRewritePreproc`` on the kernels that a schedule of the database applies to,
+    the others set aside while it runs: the pass splits every kernel of the module, and fails on
+    one with no block under its root block (TVM's cumsum, in GPT-2 and LLaMA: "There should be a
+    compute block if there is only one subtree under the root"). Only a schedule packs a weight,
+    and MetaSchedule schedules only kernels made of blocks."""
+    aside = {
+        gvar: func
+        for gvar, func in mod.functions_items()
+        if isinstance(func, tvm.tirx.PrimFunc)
+        and not (func.attrs is not None and func.attrs.get("tirx.is_scheduled"))
+    }
+    kept = mod.clone()
+    for gvar in aside:
+        del kept[gvar]
+    split = relax.transform.SplitLayoutRewritePreproc()(kept)
+    for gvar, func in aside.items():
+        split[gvar] = func
+    return split
 
 
 # The lowering of each target kind (its package does not export its dataflow lowering passes).

@@ -790,7 +790,8 @@ class ReportRequest(_Request):
 
 
 class ReportOutcomePublic(BaseModel):
-    """What became of a report: stored, ignored (measured already), requeued or poisoned."""
+    """What became of a report: stored, ignored (measured already, or not the lease's), requeued
+    or poisoned."""
 
     stored: int
     ignored: int

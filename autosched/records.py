@@ -397,7 +397,8 @@ class ReportedResult:
 
 @dataclass(frozen=True)
 class ReportOutcome:
-    """What became of a report: stored, ignored (measured already), requeued or poisoned."""
+    """What became of a report: stored, ignored (measured already, or not the lease's), requeued
+    or poisoned."""
 
     stored: int
     ignored: int

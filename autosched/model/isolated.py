@@ -37,6 +37,9 @@ from autosched.workload import workload_from_ir_json
 MEMORY_VARIABLE = "AUTOSCHED_MODEL_MEMORY_BYTES"
 SECS_VARIABLE = "AUTOSCHED_MODEL_SECS"
 
+_STARTED_SECS = 60.0
+"""How long a child, once started, may take to answer that it is up."""
+
 _OUT_OF_MEMORY = ("MemoryError", "Unable to allocate", "bad_alloc", "Cannot allocate memory")
 """What a child's error says when it ran out of address space (Python's, NumPy's, C++'s, the
 system's)."""
@@ -255,7 +258,7 @@ def _run(
     )
     memory = f"{limits.memory_bytes} bytes of memory ({MEMORY_VARIABLE})"
     try:
-        child.call(Started(), limits.secs)
+        child.call(Started(), _STARTED_SECS)
     except (ChildDied, ChildTimeout, ForkServerLost, RequestFailed) as error:
         child.close()
         raise ServiceUnavailable(f"the server cannot start a process for models: {error}") from None

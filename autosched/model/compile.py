@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -121,15 +121,89 @@ def fill_database(database: Database, schedules: Sequence[TaskSchedule], target:
 def compile_model(
     model: Model, schedules: Sequence[TaskSchedule], target: dict
 ) -> relax.VMExecutable:
-    """The model built for ``target`` with the tasks' schedules applied."""
+    """The model built for ``target`` with the tasks' schedules applied (see
+    `compile_schedules`)."""
+    return compile_schedules(model, schedules, target)[0]
+
+
+CANNOT_BUILD = "TVM cannot build its schedule"
+"""The start of the reason a task keeps the default schedule when its tuned one does not build."""
+
+
+def compile_schedules(
+    model: Model, schedules: Sequence[TaskSchedule], target: dict
+) -> tuple[relax.VMExecutable, list[TaskSchedule]]:
+    """The model built for ``target`` with the tasks' schedules applied, and the schedules it
+    was built with.
+
+    Should the model not build, each tuned schedule is applied to its task and built alone; one
+    that TVM cannot apply, split its weights' packing off or build is dropped (its task keeps
+    TVM's default schedule, the reason `CANNOT_BUILD` and TVM's error), and the model is built
+    again without them.
+
+    Raises:
+        UserError: the model does not build with TVM's default schedules either; the error names
+            the kernels TVM cannot build.
+    """
+    _backend(to_tvm_target(target))
+    try:
+        return _build(model, _database(schedules, target), target), list(schedules)
+    except Exception as error:  # TVM's errors come in its own types
+        failure = error
+    checked = [_buildable(schedule, target) for schedule in schedules]
+    if all(after is before for after, before in zip(checked, schedules, strict=True)):
+        raise _unbuildable(model, target, failure)
+    try:
+        return _build(model, _database(checked, target), target), checked
+    except Exception as error:  # TVM's errors come in its own types
+        raise _unbuildable(model, target, error) from None
+
+
+def _database(schedules: Sequence[TaskSchedule], target: dict) -> Database:
     database = MemoryDatabase()
     fill_database(database, schedules, target)
-    return _build(model, database, target)
+    return database
+
+
+def _buildable(schedule: TaskSchedule, target: dict) -> TaskSchedule:
+    """``schedule`` if its trace applies to its task and the kernel it makes builds alone (its
+    weights' packing split off as the model's build splits it), else the default schedule with
+    TVM's reason."""
+    if schedule.record is None or schedule.task.tvm_mod is None:
+        return schedule
+    try:
+        sch = apply_trace(schedule.task.tvm_mod, schedule.record.trace_json)
+        relax.transform.SplitLayoutRewritePreproc()(sch.mod)
+        tvm.compile(sch.mod, target=to_tvm_target(target))
+    except Exception as error:  # TVM's errors come in its own types
+        return replace(schedule, record=None, reason=f"{CANNOT_BUILD}: {_one_line(error)}")
+    return schedule
+
+
+def _unbuildable(model: Model, target: dict, error: BaseException) -> UserError:
+    """The one-line error of a model that does not build: TVM's error, and the kernels of its
+    untuned module that do not build alone."""
+    if isinstance(error, UserError):
+        return error
+    tvm_target = to_tvm_target(target)
+    failing = []
+    try:
+        mod = scheduled_module(model, MemoryDatabase(), target)
+    except Exception:  # the error before the kernels: TVM's own message says it
+        mod = tvm.IRModule()
+    for gvar, func in mod.functions_items():
+        if isinstance(func, tvm.tirx.PrimFunc):
+            try:
+                tvm.compile(tvm.IRModule({"main": func}), target=tvm_target)
+            except Exception:  # this kernel is one that does not build
+                failing.append(gvar.name_hint)
+    kernels = f" (kernels that do not build: {', '.join(failing)})" if failing else ""
+    return UserError(f"{model.path}: TVM cannot build the model: {_one_line(error)}{kernels}")
 
 
 def compile_untuned(model: Model, target: dict) -> relax.VMExecutable:
     """The model built with TVM's default schedules: the reference of a Relax file."""
-    return _build(model, MemoryDatabase(), target)
+    return compile_schedules(model, [], target)[0]
 
 
 def scheduled_module(model: Model, database: Database, target: dict) -> tvm.IRModule:
@@ -179,24 +253,29 @@ def _weight_packing_split(mod: tvm.IRModule) -> tvm.IRModule:
 _BACKENDS = {"llvm": cpu_backend, "cuda": cuda_backend}
 
 
-def _build(model: Model, database: Database, target: dict) -> relax.VMExecutable:
-    tvm_target = to_tvm_target(target)
+def _backend(tvm_target: tvm.target.Target) -> object:
+    """The lowering passes' module of the target's kind.
+
+    Raises:
+        UserError: the kind has none here.
+    """
     backend = _BACKENDS.get(tvm_target.kind.name)
     if backend is None:
         kinds = " and ".join(sorted(_BACKENDS))
         raise UserError(f"models are built for {kinds} targets, not {tvm_target.kind.name}")
+    return backend
+
+
+def _build(model: Model, database: Database, target: dict) -> relax.VMExecutable:
+    """The model built with the schedules of ``database``; raises TVM's error as it comes."""
+    tvm_target = to_tvm_target(target)
+    backend = _backend(tvm_target)
     lowering = tvm.transform.Sequential(
         [*backend.dataflow_lower_passes(tvm_target), *backend.finalize_passes(tvm_target)]
     )
-    try:
-        mod = scheduled_module(model, database, target)
-        with tvm_target, tvm.transform.PassContext(opt_level=3):
-            return relax.build(mod, target=tvm_target, relax_pipeline=lowering)
-    except UserError:
-        raise
-    except Exception as error:  # TVM's build errors come in its own types
-        line = " ".join(str(error).split())[:300]
-        raise UserError(f"{model.path}: TVM cannot build the model: {line}") from None
+    mod = scheduled_module(model, database, target)
+    with tvm_target, tvm.transform.PassContext(opt_level=3):
+        return relax.build(mod, target=tvm_target, relax_pipeline=lowering)
 
 
 def run_model(executable: tvm.runtime.Module, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
@@ -341,3 +420,8 @@ def _task_json(schedule: TaskSchedule) -> dict[str, object]:
         else record.median_secs * 1e6,
         "default_schedule": schedule.reason,
     }
+
+
+def _one_line(error: BaseException) -> str:
+    """TVM's error on one line: its message runs over several, with the check that failed."""
+    return " ".join(str(error).split())[:300] or type(error).__name__

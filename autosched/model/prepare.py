@@ -97,8 +97,8 @@ def bools_as_integers(mod: tvm.IRModule, _context: tvm.transform.PassContext) ->
     )
 
     def as_integers(call: relax.Call, _matches: object) -> relax.Expr:
-        if not all(_is_bool(arg) for arg in call.args):
-            return call
+        if not isinstance(call, relax.Call) or not all(_is_bool(arg) for arg in call.args):
+            return call  # a match may come as the variable bound to the call
         if call.op.name == "relax.cumsum":
             if call.attrs.dtype is not None and str(call.attrs.dtype) not in ("", "void"):
                 return call

@@ -6,8 +6,9 @@ fastest candidates timed again side by side, the re-timed winner its best; then 
 compiled with every task's best schedule and its outputs checked against the framework's; only a
 model whose outputs match is recorded as tuned, with its tasks.
 
-A task MetaSchedule cannot schedule (its search fails, or nothing it measured ran correctly)
-keeps TVM's default schedule, and the report names it with the reason.
+A task MetaSchedule cannot schedule (its search fails, or nothing it measured ran correctly), or
+whose schedule TVM cannot build into the model, keeps TVM's default schedule, and the report
+names it with the reason.
 
 The reuse rule (`plan_tasks`), the outcome of each task (`task_outcomes`) and the record of a
 tuned model (`record_tuned_model`) are also what the service's model jobs use.
@@ -34,7 +35,7 @@ from autosched.model.compile import (
     TaskSchedule,
     best_schedules,
     check_outputs,
-    compile_model,
+    compile_schedules,
 )
 from autosched.model.isolated import ImportedModel
 from autosched.model.load import Model
@@ -258,7 +259,13 @@ def tune_model(
         )
         for i, outcome in enumerate(outcomes)
     )
-    executable = compile_model(model, schedules, target)
+    executable, built = compile_schedules(model, schedules, target)
+    outcomes = tuple(
+        replace(outcome, best_secs=None, default_schedule=kept.reason, untuned_best=False)
+        if kept.record is None and schedule.record is not None
+        else outcome
+        for outcome, schedule, kept in zip(outcomes, schedules, built, strict=True)
+    )
     check = check_outputs(model, executable, target)
     report = ModelTuneReport(model.name, target, outcomes, check, time.perf_counter() - started)
     record_tuned_model(log, model, stored_target.id, report)

@@ -1,7 +1,8 @@
 """Models written elsewhere go through: PyTorch's nn.MultiheadAttention as ``.pt2``, booleans
 that TVM's code generator cannot compute on, a weight-packing schedule beside a kernel without
-blocks, a schedule TVM cannot build, and small models of the conformance corpus
-(``benchmarks/conformance.py``) imported, compiled and checked against their frameworks."""
+blocks, a schedule TVM cannot build, ONNX shapes computed from constants, and small models of
+the conformance corpus (``benchmarks/conformance.py``) imported, compiled and checked against
+their frameworks."""
 
 from __future__ import annotations
 
@@ -131,6 +132,58 @@ def test_a_schedule_tvm_cannot_build_keeps_the_default_with_tvms_reason(tmp_path
     assert built[1].reason.startswith(f"{CANNOT_BUILD}: "), built[1].reason
     check = check_outputs(model, executable, target)
     assert check.reference == "ONNX Runtime" and check.max_abs_error < 1e-4
+
+
+def _write_padding_from_constants_onnx(path: Path) -> Path:
+    """``Pad`` of x[1, 5, 5, 4] by pads that constants compute as PyTorch's TorchScript exporter
+    writes ``F.pad`` in torchvision's ``swin_t``: ``(7 - 5 % 7) % 7`` rows, its pairs filled up
+    with ``ConstantOfShape`` to the rank, reshaped, transposed and flattened."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    def constant(name: str, value: object) -> onnx.NodeProto:
+        array = numpy_helper.from_array(np.array(value, dtype=np.int64))
+        return helper.make_node("Constant", [], [name], value=array)
+
+    zero = numpy_helper.from_array(np.array([0], dtype=np.int64))
+    nodes = [
+        constant("size", 5), constant("window", 7), constant("begins", [0, 0]),
+        constant("rank2", 8), constant("first", 0), constant("axis0", [0]),
+        constant("pairs_shape", [-1, 2]), constant("flat", [-1]),
+        helper.make_node("Mod", ["size", "window"], ["rem"]),
+        helper.make_node("Sub", ["window", "rem"], ["gap"]),
+        helper.make_node("Mod", ["gap", "window"], ["pad"]),
+        helper.make_node("Unsqueeze", ["pad", "axis0"], ["pad1"]),
+        helper.make_node("Concat", ["begins", "pad1"], ["given"], axis=0),
+        helper.make_node("Shape", ["given"], ["given_shape"]),
+        helper.make_node("Gather", ["given_shape", "first"], ["count"], axis=0),
+        helper.make_node("Sub", ["rank2", "count"], ["rest"]),
+        helper.make_node("Unsqueeze", ["rest", "axis0"], ["rest1"]),
+        helper.make_node("ConstantOfShape", ["rest1"], ["zeros"], value=zero),
+        helper.make_node("Concat", ["given", "zeros"], ["pads_flat"], axis=0),
+        helper.make_node("Reshape", ["pads_flat", "pairs_shape"], ["pairs"]),
+        helper.make_node("Transpose", ["pairs"], ["by_side"], perm=[1, 0]),
+        helper.make_node("Reshape", ["by_side", "flat"], ["pads"]),
+        helper.make_node("Pad", ["x", "pads"], ["y"]),
+    ]  # fmt: skip
+    graph = helper.make_graph(
+        nodes,
+        "padding",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 5, 5, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 7, 5, 4])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+    return path
+
+
+def test_onnx_arithmetic_on_constants_is_folded_before_tvm_imports_it(tmp_path: Path) -> None:
+    target = parse_target(None)
+    # was: TVM cannot import this ONNX model: Dynamic pads are not supported yet.
+    model = load_model(_write_padding_from_constants_onnx(tmp_path / "padding.onnx"))
+    check = check_outputs(model, compile_untuned(model, target), target)
+    assert check.reference == "ONNX Runtime" and check.max_abs_error == 0.0
 
 
 def _corpus() -> object:

@@ -14,11 +14,13 @@ import ast
 import hashlib
 import json
 import re
+import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from enum import Enum
 from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import tvm
@@ -31,6 +33,9 @@ from autosched.model.prepare import for_inference
 from autosched.script_check import check_script
 from autosched.torch_guard import import_torch
 from autosched.workload import single_definition
+
+if TYPE_CHECKING:
+    import onnx
 
 Reference = Callable[[Sequence[np.ndarray]], list[np.ndarray]]
 """Runs the model as its framework does: input arrays in, output arrays out."""
@@ -168,21 +173,31 @@ def _load_onnx(path: Path, given: dict[str, InputSpec], bounds: TensorBounds | N
         specs.append(_static_spec(path, value.name, dims, dtype, given))
     shapes = {spec.name: spec.shape for spec in specs}
     check_tensor_bounds(proto, shapes, bounds or TensorBounds.from_env(), label=str(path))
+    imported = partial(
+        from_onnx,
+        shape_dict={spec.name: list(spec.shape) for spec in specs},
+        dtype_dict={spec.name: spec.dtype for spec in specs},
+    )
     try:
-        mod = from_onnx(
-            proto,
-            shape_dict={spec.name: list(spec.shape) for spec in specs},
-            dtype_dict={spec.name: spec.dtype for spec in specs},
-        )
+        mod = imported(proto)
     except tvm.error.OpNotImplemented as error:
         operators = str(error).split(":", 1)[-1].strip()
         raise UserError(
             f"{path}: operators TVM's ONNX importer does not support: {operators}"
         ) from None
     except Exception as error:  # an importer failure on a checked model is an unsupported use
-        raise UserError(
-            f"{path}: TVM cannot import this ONNX model: {_first_line(error)}"
-        ) from None
+        folded = _constants_folded(proto)
+        if folded is None:
+            raise UserError(
+                f"{path}: TVM cannot import this ONNX model: {_first_line(error)}"
+            ) from None
+        check_tensor_bounds(folded, shapes, bounds or TensorBounds.from_env(), label=str(path))
+        try:
+            mod = imported(folded)
+        except Exception:  # the folded graph fails too: the first failure says why
+            raise UserError(
+                f"{path}: TVM cannot import this ONNX model: {_first_line(error)}"
+            ) from None
 
     def run_onnxruntime(arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
         try:
@@ -199,6 +214,30 @@ def _load_onnx(path: Path, given: dict[str, InputSpec], bounds: TensorBounds | N
 
     model = _model(path, ModelFormat.ONNX, mod, specs, run_onnxruntime, "ONNX Runtime")
     return replace(model, output_names=tuple(value.name for value in proto.graph.output))
+
+
+def _constants_folded(proto: onnx.ModelProto) -> onnx.ModelProto | None:
+    """``proto`` with what its constants compute folded into constants by ONNX Runtime's basic
+    graph optimizations, which keep to ONNX's own operators; None without ONNX Runtime, or where
+    it cannot load the model. PyTorch's TorchScript exporter writes the padding of torchvision's
+    ``swin_t`` as arithmetic on constants (``Mod``, ``ConstantOfShape``, ``Concat``) that neither
+    ONNX's shape inference nor TVM's importer evaluates; folded, each reshape has a known shape."""
+    try:
+        import onnx
+        import onnxruntime
+    except ImportError:
+        return None
+    with tempfile.TemporaryDirectory() as folder:
+        options = onnxruntime.SessionOptions()
+        options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_BASIC
+        options.optimized_model_filepath = str(Path(folder) / "folded.onnx")
+        try:
+            onnxruntime.InferenceSession(
+                proto.SerializeToString(), options, providers=["CPUExecutionProvider"]
+            )
+            return onnx.load(options.optimized_model_filepath)
+        except Exception:  # ONNX Runtime refuses the model: there is nothing folded to import
+            return None
 
 
 def _load_pytorch(path: Path, given: dict[str, InputSpec]) -> Model:

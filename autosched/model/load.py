@@ -13,6 +13,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import json
+import logging
 import re
 import tempfile
 from collections.abc import Callable, Sequence
@@ -247,10 +248,15 @@ def _load_pytorch(path: Path, given: dict[str, InputSpec]) -> Model:
         raise UserError(".pt2 models need PyTorch: pip install torch") from None
     from tvm.relax.frontend.torch import from_exported_program
 
+    # torch.export.load logs the traceback of a file it cannot read before it raises (2.14)
+    export_log = logging.getLogger("torch.export")
+    was_disabled, export_log.disabled = export_log.disabled, True
     try:
         program = torch.export.load(str(path))
     except Exception as error:  # a file that is not an ExportedProgram archive
         raise UserError(f"{path}: not a torch.export program: {_first_line(error)}") from None
+    finally:
+        export_log.disabled = was_disabled
     placeholders = {node.name: node for node in program.graph.nodes if node.op == "placeholder"}
     specs = []
     for name in program.graph_signature.user_inputs:

@@ -4,14 +4,17 @@ evaluates its expressions as Python.
 
 A program is admitted when its JSON graph holds only the node types of a TIR function, calls only
 pure math intrinsics (nothing that leaves the kernel: no ``call_extern``, ``call_packed``, LLVM
-intrinsics or calls of other functions), has no attribute statements, no block annotations but
+intrinsics or calls of other functions), has no attribute statements, declares its buffers with
+static shapes and no strides, offsets or views of other buffers, and its buffers hold at most
+``max_bytes`` in all. Its nodes carry no attributes or annotations but these: of function
+attributes its name, the no-alias and schedulable-TIR marks, ``layout_free_buffers`` (the
+positions of parameters that are constant weights, which a schedule may store in a layout of its
+own), each position one of its parameters, and the flag ``autosched.cold_cache`` (its candidates
+are timed with the CPU caches flushed, as a model's kernel runs); of block annotations
 ``schedule_rule`` "None" (MetaSchedule's rules keep off such a block) and the mark of a weight
-transform (`autosched.weights`), declares its buffers with static shapes, and its buffers hold at
-most ``max_bytes`` in all. Of function attributes it may carry only its name, the no-alias and
-schedulable-TIR marks, ``layout_free_buffers`` (the positions of parameters that are constant
-weights, which a schedule may store in a layout of its own), each position one of its parameters,
-and the flag ``autosched.cold_cache`` (its candidates are timed with the CPU caches flushed, as a
-model's kernel runs).
+transform (`autosched.weights`); no loop annotations. Its graph is within the bounds of
+`autosched.bounds` (nodes, depth, size written out), and once loaded each of its buffer accesses
+is proven within its buffer.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from typing import Any
 
 import tvm
 
+from autosched.bounds import check_accesses, check_graph, node_references
 from autosched.errors import UserError
 from autosched.weights import WEIGHT_TRANSFORM
 
@@ -30,10 +34,7 @@ MAX_PROGRAM_BYTES_VARIABLE = "AUTOSCHED_MAX_PROGRAM_BYTES"
 DEFAULT_MAX_PROGRAM_BYTES = 4 << 30
 MAX_JSON_CHARS = 8 << 20
 
-# Node types of a TIR function in TVM's JSON graph: its module, statements, expressions, buffers,
-# types and the plain data they hold. Anything else (an attribute statement, a while loop, an
-# allocation of raw memory, a runtime object) is refused.
-_NODE_TYPES = frozenset(
+NODE_TYPES = frozenset(
     {
         "None", "bool", "int", "float", "ffi.Array", "ffi.Map", "ffi.String", "ffi.Shape",
         "ir.IRModule", "ir.GlobalVar", "ir.DictAttrs", "ir.SourceMap", "ir.SourceName", "ir.Span",
@@ -41,9 +42,8 @@ _NODE_TYPES = frozenset(
         "ir.IntImm", "ir.FloatImm", "ir.Op", "ir.Call", "ir.TensorLoad", "ir.TensorRegion",
         "relax.FuncType", "relax.ShapeType", "relax.TensorType", "relax.expr.ShapeExpr",
         "tirx.PrimFunc", "tirx.BufferType", "tirx.BufferRegionType", "tirx.IterVar",
-        "tirx.For", "tirx.SeqStmt", "tirx.BufferStore", "tirx.AllocBuffer", "tirx.DeclBuffer",
-        "tirx.IfThenElse", "tirx.LetStmt", "tirx.SizeVar",
-        "s_tir.SBlock", "s_tir.SBlockRealize", "s_tir.MatchBufferRegion",
+        "tirx.For", "tirx.SeqStmt", "tirx.BufferStore", "tirx.AllocBuffer", "tirx.IfThenElse",
+        "s_tir.SBlock", "s_tir.SBlockRealize",
         "prim.Add", "prim.Sub", "prim.Mul", "prim.Div", "prim.Mod", "prim.FloorDiv",
         "prim.FloorMod", "prim.Min", "prim.Max", "prim.EQ", "prim.NE", "prim.LT", "prim.LE",
         "prim.GT", "prim.GE", "prim.And", "prim.Or", "prim.Not", "prim.Select", "prim.Cast",
@@ -51,6 +51,10 @@ _NODE_TYPES = frozenset(
         "prim.LShift", "prim.RShift", "prim.Broadcast", "prim.Ramp",
     }
 )  # fmt: skip
+"""The node types of a TIR function in TVM's JSON graph: its module, statements, expressions,
+buffers, types and the plain data they hold. Anything else (an attribute statement, a while loop,
+an allocation of raw memory, a buffer declared over another's memory, a runtime object) is
+refused."""
 
 PURE_MATH_OPS = frozenset(
     {
@@ -80,6 +84,29 @@ _SCHEDULE_RULE = "schedule_rule"
 _BLOCK_ANNOTATIONS = frozenset({_SCHEDULE_RULE, WEIGHT_TRANSFORM})
 """The block annotations a program may carry (``schedule_rule`` with the value "None" only, the
 mark of a weight transform with the value 1 only)."""
+LOOP_ANNOTATIONS: frozenset[str] = frozenset()
+"""The loop annotations a program may carry: none. MetaSchedule's schedules annotate loops
+(``pragma_auto_unroll_max_step``, ``pragma_unroll_explicit``, ``meta_schedule.cooperative_fetch``,
+``software_pipeline_stage``) as their traces are applied to the admitted program; a program as
+submitted has no use for them, and TVM's lowering acts on others (``pragma_import_llvm`` links
+the LLVM IR it holds into the kernel)."""
+_ATTRIBUTES = {
+    ("tirx.PrimFunc", "attrs"): (FUNCTION_ATTRS, "function attribute"),
+    ("s_tir.SBlock", "annotations"): (_BLOCK_ANNOTATIONS, "block annotation"),
+    ("tirx.For", "annotations"): (LOOP_ANNOTATIONS, "loop annotation"),
+    ("tirx.AllocBuffer", "annotations"): (frozenset(), "allocation annotation"),
+    ("ir.Call", "attrs"): (frozenset(), "call attribute"),
+    ("ir.IRModule", "attrs"): (frozenset(), "module attribute"),
+    ("ir.IRModule", "global_infos"): (frozenset(), "module global info"),
+    ("ir.SourceMap", "source_map"): (frozenset(), "source file"),
+}
+"""Where a node holds attributes (a map, or TVM's DictAttrs around one), the names allowed there
+and what they are called."""
+# Maps that hold a module's content, not attributes: TVM's own types check their entries.
+_CONTENT_MAPS = frozenset(
+    {("ir.IRModule", "functions"), ("ir.IRModule", "global_var_map_"), ("ir.DictAttrs", "__dict__")}
+)
+_MAP_TYPES = frozenset({"ffi.Map", "ir.DictAttrs"})
 
 
 def max_program_bytes() -> int:
@@ -126,12 +153,22 @@ def admit_program(text: str, *, max_bytes: int | None = None) -> tvm.tirx.PrimFu
     try:
         module = tvm.ir.load_json(text)
     except Exception as error:  # TVM raises its own error types
-        reason = " ".join(str(error).split())[:200]
-        raise UserError(f"TVM cannot load the program's IR JSON: {reason}") from None
+        raise UserError(f"TVM cannot load the program's IR JSON: {_reason(error)}") from None
     functions = list(module.functions_items()) if isinstance(module, tvm.IRModule) else []
     if len(functions) != 1 or not isinstance(functions[0][1], tvm.tirx.PrimFunc):
         raise UserError("a program's IR JSON must hold a module of exactly one PrimFunc")
-    return functions[0][1]
+    func = functions[0][1]
+    try:
+        check_accesses(func)
+    except UserError:
+        raise
+    except Exception as error:  # the analyzer refuses a malformed program in TVM's error types
+        raise UserError(f"TVM cannot analyze the program: {_reason(error)}") from None
+    return func
+
+
+def _reason(error: Exception) -> str:
+    return " ".join(str(error).split())[:200]
 
 
 class _Graph:
@@ -146,30 +183,33 @@ class _Graph:
     def check(self, max_bytes: int) -> None:
         if self._type(self._root) != "ir.IRModule":
             raise UserError("a program's IR JSON must hold an IRModule")
-        total = 0
-        for index in range(len(self._nodes)):
-            kind = self._type(index)
-            if kind not in _NODE_TYPES:
+        kinds = [self._type(index) for index in range(len(self._nodes))]
+        for kind in kinds:
+            if kind not in NODE_TYPES:
                 raise UserError(f"a program may not hold a {kind} node")
+        graph = node_references(self._nodes)
+        total = 0
+        for index, kind in enumerate(kinds):
             data = self._nodes[index].get("data")
             if kind == "ir.Op" and data not in PURE_MATH_OPS:
                 raise UserError(f"a program may call pure math intrinsics only, not {data}")
             if kind == "ir.Call" and self._type(self._field(data, "op")) != "ir.Op":
                 raise UserError("a program may not call other functions")
-            if kind == "tirx.PrimFunc":
-                self._check_function_attrs(data)
-            if kind == "s_tir.SBlock":
-                self._check_block_annotations(data)
+            for field, child in graph[index]:
+                if kinds[child] in _MAP_TYPES:
+                    self._check_attributes(kind, data, field, child)
             if kind == "tirx.BufferType":
+                self._check_plain_buffer(data)
                 total += self._buffer_bytes(data)
         if total > max_bytes:
             raise UserError(
                 f"the program's buffers hold {total} bytes, over this service's limit of "
                 f"{max_bytes} ({MAX_PROGRAM_BYTES_VARIABLE})"
             )
+        check_graph(graph, self._root)
 
     def _type(self, index: Any) -> str:
-        if not isinstance(index, int) or not 0 <= index < len(self._nodes):
+        if type(index) is not int or not 0 <= index < len(self._nodes):
             raise UserError("a program's IR JSON refers to a node it does not hold")
         node = self._nodes[index]
         if not isinstance(node, dict) or not isinstance(node.get("type"), str):
@@ -186,23 +226,35 @@ class _Graph:
             raise UserError(f"a program's IR JSON holds a node without its {name}")
         return data[name]
 
-    def _check_function_attrs(self, data: Any) -> None:
+    def _check_attributes(self, kind: str, data: Any, field: str, index: int) -> None:
+        """A map held where a node of ``kind`` holds attributes (of the names allowed there) or
+        a module's content; nowhere else."""
+        if (kind, field) in _CONTENT_MAPS:
+            return
+        if (kind, field) not in _ATTRIBUTES:
+            raise UserError(f"a program's {kind} may not hold a map as its {field or 'element'}")
+        allowed, what = _ATTRIBUTES[kind, field]
+        entries = self._check_keys(index, allowed, what)
+        if kind == "tirx.PrimFunc":
+            self._check_function_attrs(data, entries)
+        if kind == "s_tir.SBlock":
+            self._check_block_annotations(entries)
+
+    def _check_function_attrs(self, data: Any, entries: list[tuple[str, Any]]) -> None:
         params = self._data(self._field(data, "params"), "ffi.Array")
         if not isinstance(params, list):
             raise UserError("a program's IR JSON holds a malformed parameter list")
-        entries = self._check_keys(self._field(data, "attrs"), FUNCTION_ATTRS, "function attribute")
         for key, value in entries:
             if key == _LAYOUT_FREE:
                 self._check_positions(value, len(params))
             if key == COLD_CACHE and self._type(value) != "bool":
                 raise UserError(f"a program's {COLD_CACHE} must be true or false")
 
-    def _check_block_annotations(self, data: Any) -> None:
+    def _check_block_annotations(self, entries: list[tuple[str, Any]]) -> None:
         """A block may carry ``schedule_rule`` "None", which keeps MetaSchedule's rules off it
         (any other rule name would have MetaSchedule call the function registered under it), and
         the mark of a weight transform, 1."""
-        annotations = self._field(data, "annotations")
-        for key, value in self._check_keys(annotations, _BLOCK_ANNOTATIONS, "block annotation"):
+        for key, value in entries:
             if key == _SCHEDULE_RULE and (
                 self._type(value) != "ffi.String" or self._data(value, "ffi.String") != "None"
             ):
@@ -229,18 +281,29 @@ class _Graph:
         """The entries of a map of attributes (name, value node), once every name is allowed."""
         if self._type(index) == "ir.DictAttrs":
             index = self._field(self._data(index, "ir.DictAttrs"), "__dict__")
-        if self._type(index) == "None":
-            return []
         entries = self._data(index, "ffi.Map")
         if not isinstance(entries, list) or len(entries) % 2:
             raise UserError("a program's IR JSON holds a malformed map")
         named = []
         for key, value in zip(entries[0::2], entries[1::2], strict=True):
-            name = self._data(key, "ffi.String")
+            name = self._nodes[key].get("data") if self._type(key) == "ffi.String" else None
             if name not in allowed:
                 raise UserError(f"a program may not carry the {what} {name!r}")
             named.append((name, value))
         return named
+
+    def _check_plain_buffer(self, data: Any) -> None:
+        """A buffer is its shape alone: no strides, no offset into its memory, no memory of
+        another's (its accesses are proven within the shape)."""
+        offset = self._data(self._field(data, "elem_offset"), "ir.IntImm")
+        plain = (
+            self._data(self._field(data, "strides"), "ffi.Array") == []
+            and self._nodes[self._field(offset, "value")].get("data") == 0
+            and self._data(self._field(data, "allocated_addr"), "ffi.Array") == []
+            and self._type(self._field(data, "layout")) == "None"
+        )
+        if not plain:
+            raise UserError("a buffer of a program may not have strides, an offset or a layout")
 
     def _buffer_bytes(self, data: Any) -> int:
         dims = self._data(self._field(data, "shape"), "ffi.Array")

@@ -5,15 +5,19 @@ anyone, so that sending it to a server never runs it here, and for a Relax model
 
 Allowed: the definition itself (``@T.prim_func`` functions, an ``@I.ir_module`` class of them),
 assignments, loops, ``with``, ``if``, literals, arithmetic and comparisons, names, subscripts,
-calls of ``T.``/``I.`` functions and ``range``, attributes of ``T`` and ``I`` that do not start
-with ``_``, and plain strings (dtypes, block and axis names) that cannot be read as code.
-Anything else is refused with the line it stands on.
+calls of ``T.``/``I.`` functions and ``range``, and plain strings (dtypes, block and axis names)
+that cannot be read as code. An attribute chain is allowed when it is exactly a name TVMScript's
+parsers define: ``T.grid``, ``T.axis.spatial``, ``R.nn.conv2d``, ``I.ir_module``, none of the
+modules they import (``T.entry.inspect.os`` is refused). Anything else is refused with the line
+it stands on.
 """
 
 from __future__ import annotations
 
 import ast
 import re
+from functools import cache
+from types import ModuleType
 
 from autosched.errors import UserError
 
@@ -26,6 +30,13 @@ _NODES = (
     ast.Import, ast.ImportFrom, ast.alias,
 )  # fmt: skip
 _ROOTS = frozenset({"T", "I"})
+_NAMESPACES = {
+    "T": ("axis",),
+    "R": ("builtin", "ccl", "dist", "grad", "image", "memory", "nn", "vision", "vm"),
+    "I": (),
+}
+"""The namespaces of TVMScript's names (``T.axis.remap``, ``R.nn.relu``), by the name the parser
+binds its module to."""
 _CALLABLE_NAMES = {"range"}
 _PLAIN_STRING = re.compile(r"[A-Za-z0-9_.:\-/ ]*")
 _IMPORTS = {"tvm", "tvm.script"}
@@ -40,7 +51,8 @@ def check_script(
 ) -> None:
     """Refuse TVMScript ``text`` (of the workload ``name``) that uses anything but the syntax
     this module allows; ``roots`` are the names whose attributes it may use and call (a Relax
-    model adds ``R``), ``purpose`` says in the message what the text is.
+    model adds ``R``, and ``cls``, the alias of its module class, whose attributes are the
+    functions the text defines), ``purpose`` says in the message what the text is.
 
     Raises:
         UserError: the first construct that is not allowed, with its line.
@@ -49,28 +61,31 @@ def check_script(
         tree = ast.parse(text)
     except SyntaxError as err:
         raise UserError(f"{name}: line {err.lineno}: {err.msg}") from None
+    functions = frozenset(node.name for node in ast.walk(tree) if isinstance(node, ast.FunctionDef))
     for node in ast.walk(tree):
-        problem = _problem(node, roots)
+        problem = _problem(node, roots, functions)
         if problem is not None:
             line = getattr(node, "lineno", "?")
             raise UserError(f"{name}: line {line}: {problem}, which {purpose} may not use")
 
 
-def _problem(node: ast.AST, roots: frozenset[str]) -> str | None:
+def _problem(node: ast.AST, roots: frozenset[str], functions: frozenset[str]) -> str | None:
     if not isinstance(node, _NODES):
         return f"a {type(node).__name__}"
     if isinstance(node, ast.Import | ast.ImportFrom):
         module = node.module if isinstance(node, ast.ImportFrom) else node.names[0].name
         return None if module in _IMPORTS else f"an import of {module}"
     if isinstance(node, ast.Attribute):
-        if node.attr.startswith("_"):
-            return f"the attribute {node.attr}"
-        return None if _root(node) in roots else f"an attribute of something but {_listed(roots)}"
+        root, chain = _chain(node)
+        if root not in roots:
+            return f"an attribute of something but {_listed(roots)}"
+        known = _script_names(root) if root in _NAMESPACES else functions
+        return None if chain in known else f"the attribute {root}.{chain} (not a TVMScript name)"
     if isinstance(node, ast.Call):
         func = node.func
         if isinstance(func, ast.Name) and func.id in _CALLABLE_NAMES:
             return None
-        if isinstance(func, ast.Attribute) and _root(func) in roots:
+        if isinstance(func, ast.Attribute) and _chain(func)[0] in roots:
             return None
         return f"a call of something but range or a function of {_listed(roots)}"
     if isinstance(node, ast.Constant):
@@ -87,11 +102,38 @@ def _problem(node: ast.AST, roots: frozenset[str]) -> str | None:
     return None
 
 
-def _root(node: ast.expr) -> str | None:
-    """The name an attribute chain (``T.axis.remap``) starts from."""
-    while isinstance(node, ast.Attribute):
-        node = node.value
-    return node.id if isinstance(node, ast.Name) else None
+@cache
+def _script_names(root: str) -> frozenset[str]:
+    """The names TVMScript's parser defines under ``root`` (``T``, ``R`` or ``I``), dotted below
+    it (``grid``, ``axis.spatial``): what its module and namespaces hold but the modules they
+    import."""
+    from tvm.script import parser  # the modules TVM's parser binds T, R and I to
+
+    module = {"T": parser.tirx, "R": parser.relax, "I": parser.ir}[root]
+    names = _public(module) | set(_NAMESPACES[root])
+    for space in _NAMESPACES[root]:
+        names |= {f"{space}.{member}" for member in _public(getattr(module, space))}
+    return frozenset(names)
+
+
+def _public(namespace: object) -> set[str]:
+    return {
+        name
+        for name in dir(namespace)
+        if not name.startswith("_") and not isinstance(getattr(namespace, name), ModuleType)
+    }
+
+
+def _chain(node: ast.Attribute) -> tuple[str | None, str]:
+    """The name an attribute chain starts from and the dotted rest: ``T.axis.remap`` is
+    (``T``, ``axis.remap``); the name is None for a chain on anything but a name."""
+    parts = []
+    value: ast.expr = node
+    while isinstance(value, ast.Attribute):
+        parts.append(value.attr)
+        value = value.value
+    root = value.id if isinstance(value, ast.Name) else None
+    return root, ".".join(reversed(parts))
 
 
 def _string_annotation(node: ast.arg | ast.FunctionDef | ast.AnnAssign) -> bool:

@@ -209,6 +209,20 @@ def _hostile_program() -> str:
     return json.dumps(graph)
 
 
+def _program_importing_llvm_ir() -> str:
+    """A loop annotated with LLVM IR that TVM links into the kernel."""
+    graph = json.loads(program_json(get_workload("softmax", {}).func))
+    nodes = graph["nodes"]
+    loop = next(node for node in nodes if node["type"] == "tirx.For")
+    nodes += [
+        {"type": "ffi.String", "data": "pragma_import_llvm"},
+        {"type": "ffi.String", "data": 'module asm ".pushsection .init_array"'},
+        {"type": "ffi.Map", "data": [len(nodes), len(nodes) + 1]},
+    ]
+    loop["data"]["annotations"] = len(nodes) - 1
+    return json.dumps(graph)
+
+
 @on_sqlite  # refused before the database is touched; the conflict test below rolls back on both
 @pytest.mark.parametrize(
     ("damage", "message"),
@@ -218,6 +232,7 @@ def _hostile_program() -> str:
         ("version 2", "format version 2; this autosched reads version 1"),
         ("no end line", "truncated"),
         ("hostile program", "may call pure math intrinsics only, not tirx.call_extern"),
+        ("loop importing LLVM IR", "may not carry the loop annotation 'pragma_import_llvm'"),
         ("negative sample", "line 5: measurement.samples.0: Input should be greater than or equal"),
         ("unknown device", "names a device the file lacks"),
     ],
@@ -238,6 +253,8 @@ def test_a_damaged_file_is_refused_in_one_line_and_nothing_is_imported(
         rewrite(exported, bad, {len(lines) - 1: None})
     elif damage == "hostile program":
         rewrite(exported, bad, {1: {**lines[1], "program": _hostile_program()}})
+    elif damage == "loop importing LLVM IR":
+        rewrite(exported, bad, {1: {**lines[1], "program": _program_importing_llvm_ir()}})
     elif damage == "negative sample":
         rewrite(exported, bad, {4: {**lines[4], "samples": [-1.0]}})
     else:

@@ -1,7 +1,8 @@
 """Targets as plain JSON dicts: parsing what the user typed, detecting the host, canonical keys.
 
 Also the fingerprint of the machine a measurement ran on. TVM ``Target`` objects are made only at
-the edge, by :func:`to_tvm_target`.
+the edge, by :func:`to_tvm_target`. Target JSON from outside sets only the attributes of
+`CLIENT_TARGET_ATTRIBUTES`.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import hashlib
 import json
 import os
 import platform
+import re
 import socket
 from pathlib import Path
 from typing import Any
@@ -24,6 +26,19 @@ from autosched.errors import UserError
 _HOST_WORDS = ("", "llvm", "host")
 _VECTOR_EXTENSIONS = ("avx", "amx")
 _ACCEPTED = "'llvm' (or 'host'), 'cuda', or a JSON object such as '{\"kind\": \"llvm\"}'"
+CLIENT_TARGET_ATTRIBUTES = frozenset(
+    {
+        "kind", "tag", "keys", "host", "mtriple", "mcpu", "mattr", "num-cores", "arch",
+        "max_num_threads", "max_threads_per_block", "max_shared_memory_per_block",
+        "thread_warp_size",
+    }
+)  # fmt: skip
+"""The attributes target JSON from outside may set: those of `host_target` and the CUDA target
+this module detects, and those TVM adds to their canonical form (``keys``, an empty ``tag``), a
+``host`` (an object of these attributes itself) included. TVM hands the others to the compile of
+the process that builds for the target: LLVM's ``cl-opt`` options, for one, run LLVM's own
+debugging passes (``-print-after-all`` writes the whole module after every pass)."""
+_PLAIN_WORD = re.compile(r"[A-Za-z0-9_.+\-]{1,64}")
 
 
 def host_target() -> dict:
@@ -97,8 +112,36 @@ def parse_target(text: str | None) -> dict:
         raise UserError(f"target is not valid JSON: {err}") from None
     if not isinstance(target, dict):
         raise UserError(f"target must be a JSON object; use {_ACCEPTED}")
+    check_client_target(target)
     _check_llvm_cpu(to_tvm_target(target))
     return target
+
+
+def check_client_target(target: dict, *, host: bool = True) -> None:
+    """Refuse target JSON from outside that sets an attribute not in `CLIENT_TARGET_ATTRIBUTES`,
+    names (a CPU, a feature, a key) with anything but letters, digits and ``_.+-``, a tag, or a
+    ``host`` that is not such an object itself (``host`` False: a host's own host).
+
+    Raises:
+        UserError: the first attribute refused, in one line.
+    """
+    for name, value in target.items():
+        if name not in CLIENT_TARGET_ATTRIBUTES or (name == "host" and not host):
+            raise UserError(
+                f"invalid target: {name!r} is not an attribute autosched takes from a client; "
+                f"it takes {', '.join(sorted(CLIENT_TARGET_ATTRIBUTES))}"
+            )
+        if name == "host":
+            if not isinstance(value, dict):
+                raise UserError("invalid target: a host must be a target JSON object")
+            check_client_target(value, host=False)
+        elif name == "tag":
+            if value != "":
+                raise UserError("invalid target: a tag names a target of TVM's; give attributes")
+        else:
+            for word in value if isinstance(value, list) else [value]:
+                if isinstance(word, str) and not _PLAIN_WORD.fullmatch(word):
+                    raise UserError(f"invalid target: {name} may not be {word[:40]!r}")
 
 
 def to_tvm_target(target: dict) -> tvm.target.Target:

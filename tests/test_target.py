@@ -89,12 +89,45 @@ def test_json_object_is_validated_and_kept_as_given() -> None:
         ('{"kind": "llvm", "mcpu": 5}', r"invalid target: .*mcpu"),
         ('{"kind": "llvm", "colour": "red"}', r"invalid target: .*colour"),
         ('{"kind": "llvm", "mcpu": "skylake-avx51"}', r"LLVM knows no CPU 'skylake-avx51'"),
+        ('{"kind": "llvm", "cl-opt": ["-print-after-all"]}', r"'cl-opt' is not an attribute"),
+        ('{"kind": "llvm", "host": "llvm -cl-opt=-print-after-all"}', r"a host must be a target"),
+        ('{"kind": "cuda", "host": {"kind": "llvm", "cl-opt": []}}', r"'cl-opt' is not an"),
+        ('{"kind": "cuda", "host": {"kind": "llvm", "host": {}}}', r"'host' is not an attribute"),
+        ('{"kind": "llvm", "mattr": ["+avx2,+x -print-after-all"]}', r"mattr may not be"),
+        ('{"kind": "cuda", "tag": "nvidia/nvidia-a100"}', r"a tag names a target of TVM's"),
     ],
 )
 def test_bad_targets_are_one_line_user_errors(text: str, message: str) -> None:
     with pytest.raises(UserError, match=message) as caught:
         parse_target(text)
     assert "\n" not in str(caught.value)
+
+
+def test_the_targets_autosched_makes_pass_as_a_clients_in_their_canonical_form() -> None:
+    cuda = {"kind": "cuda", "arch": "sm_80", "max_threads_per_block": 1024, "host": host_target()}
+    for target in (host_target(), canonical_target(host_target()), canonical_target(cuda)):
+        assert parse_target(json.dumps(target)) == target
+
+
+def test_the_api_refuses_llvm_options_in_a_job_or_a_workers_target(tmp_path) -> None:
+    """LLVM's cl-opt options reached the server's own compile: -print-after-all wrote 44 MB of
+    log from one request."""
+    from fastapi.testclient import TestClient
+
+    from autosched.server.api.app import create_app
+    from autosched.server.settings import Settings
+
+    target = {**host_target(), "cl-opt": ["-print-after-all"]}
+    settings = Settings(db_url=f"sqlite:///{tmp_path / 'api.db'}", no_auth=True)
+    with TestClient(create_app(settings), base_url="http://127.0.0.1") as http:
+        job = {"workload": {"name": "matmul"}, "target": target}
+        worker = {"name": "w", "target": target, "fingerprint": {}}
+        for path, body in [("/api/v1/jobs", job), ("/api/v1/workers", worker)]:
+            refused = http.post(path, json=body)
+            assert refused.status_code == 422, refused.text
+            detail = refused.json()["detail"]
+            assert "'cl-opt' is not an attribute" in detail and "\n" not in detail
+        assert http.get("/api/v1/jobs").json()["count"] == 0
 
 
 def test_cuda_is_detected_from_the_local_gpu() -> None:

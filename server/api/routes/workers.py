@@ -30,6 +30,7 @@ from autosched.server.api.deps import (
     WorkerAuth,
     WorkerCaller,
 )
+from autosched.target import check_client_target
 
 router = APIRouter(prefix="/workers", tags=["workers"], dependencies=[WorkerAuth])
 
@@ -38,7 +39,9 @@ router = APIRouter(prefix="/workers", tags=["workers"], dependencies=[WorkerAuth
 def register_worker(
     worker: WorkerRegister, leases: LeasesDep, settings: SettingsDep, caller: WorkerCaller
 ) -> WorkerPublic:
-    """Register a worker daemon with the exact target it measures and its device fingerprint."""
+    """Register a worker daemon with the exact target it measures (of the attributes a client's
+    target may set) and its device fingerprint."""
+    check_client_target(worker.target)
     worker_id = leases.register_worker(
         name=worker.name,
         target=worker.target,

@@ -281,7 +281,9 @@ def task_notes(report: ModelTuneReport) -> list[str]:
     """Each task that keeps TVM's default schedule for a reason other than not being tuned yet
     (its search failed, the admission refuses it, its schedule does not build), with it."""
     return [
-        f"{task.name}: {task.default_schedule}"
+        task.default_schedule
+        if task.default_schedule.startswith(f"{task.name}: ")
+        else f"{task.name}: {task.default_schedule}"
         for task in report.tasks
         if task.default_schedule is not None and task.default_schedule != UNTUNED
     ]

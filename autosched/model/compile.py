@@ -1,10 +1,10 @@
 """A tuned model compiled: the best schedule of each task in one MetaSchedule database, which
-TVM's ``MetaScheduleApplyDatabase`` applies to the fused model (tasks without a schedule keep the
-default); weights a schedule stores in a layout of its own are packed once, as the model is built
-(``SplitLayoutRewritePreproc``, then ``FoldConstant`` on the bound weights, as TVM's
-``cpu_weight_prepack`` does); the Relax VM executable, its outputs checked against the framework's
-own on random inputs, and the files a model exports to (a library with its JSON sidecar, or the
-database).
+TVM's ``MetaScheduleApplyDatabase`` applies to the fused model (tasks without a schedule, or
+whose schedule TVM cannot build, keep the default); weights a schedule stores in a layout of its
+own are packed once, as the model is built (``SplitLayoutRewritePreproc``, then ``FoldConstant``
+on the bound weights, as TVM's ``cpu_weight_prepack`` does); the Relax VM executable, its outputs
+checked against the framework's own on random inputs, and the files a model exports to (a
+library with its JSON sidecar, or the database).
 
 Nothing here tunes or writes to the log; schedules are read from it.
 """

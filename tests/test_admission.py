@@ -364,7 +364,7 @@ def _pad_by_if(A: T.Buffer((16,), "float32"), B: T.Buffer((18,), "float32")):
         (_region_past_the_buffer, "block copy of a program has a region of buffer A that is not"),
         (_iterator_past_its_domain, "iterator v of block copy is not proven within its domain"),
     ],
-    ids=lambda value: getattr(value, "__name__", "")[1:] or None,
+    ids=["read_before", "write_past", "pad_by_select", "region_past", "iterator_past"],
 )
 def test_a_program_that_reaches_outside_its_buffers_is_refused_naming_the_buffer(
     program: tvm.tirx.PrimFunc, message: str

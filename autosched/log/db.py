@@ -1,8 +1,9 @@
 """The tuning log's database: its URL, the SQLAlchemy engine for it, and its schema migrations.
 
 SQLite connections get WAL, foreign keys and a busy timeout, and take the write lock when a
-transaction begins; PostgreSQL goes through psycopg 3. Opening a log migrates it to the newest
-schema with Alembic, one process at a time.
+transaction begins; a read-only engine opens the file read-only (URI ``mode=ro``), so that it
+writes nothing, not even the header of an empty file. PostgreSQL goes through psycopg 3.
+Opening a log migrates it to the newest schema with Alembic, one process at a time.
 """
 
 from __future__ import annotations
@@ -11,12 +12,13 @@ import os
 import threading
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import quote
 
 from alembic import command
 from alembic.config import Config
 from alembic.script import ScriptDirectory
 from alembic.util.exc import CommandError
-from sqlalchemy import Engine, create_engine, event, inspect, make_url, text
+from sqlalchemy import URL, Engine, create_engine, event, inspect, make_url, text
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection, ExceptionContext
 from sqlalchemy.exc import ArgumentError, InterfaceError, OperationalError
@@ -51,8 +53,9 @@ def default_db_url() -> str:
     return os.environ.get("AUTOSCHED_DB") or "sqlite:///autosched.db"
 
 
-def create_log_engine(url: str) -> Engine:
-    """Create the engine for ``url``; SQLite connections get WAL, foreign keys, a busy timeout.
+def create_log_engine(url: str, *, read_only: bool = False) -> Engine:
+    """Create the engine for ``url``; SQLite connections get WAL, foreign keys, a busy timeout
+    (``read_only``: the file opened read-only, its journal mode left as it is).
 
     Raises:
         UserError: a malformed URL, or a backend other than SQLite and PostgreSQL.
@@ -66,11 +69,13 @@ def create_log_engine(url: str) -> Engine:
                 f"unsupported tuning log database {parsed.get_backend_name()!r} in {display(url)};"
                 " use sqlite:///PATH or postgresql+psycopg://USER@HOST/DB"
             )
+        if read_only and parsed.get_backend_name() == "sqlite" and parsed.database:
+            parsed = _read_only_sqlite(parsed)
         engine = create_engine(parsed, pool_pre_ping=True)
     except ArgumentError as exc:  # also raised for an unknown driver (NoSuchModuleError)
         raise UserError(f"bad tuning log URL {display(url)}: {one_line(str(exc))}") from exc
     if engine.dialect.name == "sqlite":
-        event.listen(engine, "connect", _configure_sqlite)
+        event.listen(engine, "connect", _configure_read_only if read_only else _configure_sqlite)
         event.listen(engine, "begin", _begin_immediate)
     event.listen(engine, "handle_error", _unavailable)
     return engine
@@ -89,6 +94,21 @@ def _unavailable(context: ExceptionContext) -> DatabaseUnavailable | None:
         return None
     reason = one_line(str(getattr(error, "orig", None) or context.original_exception))
     return DatabaseUnavailable(f"the tuning log's database is unavailable: {reason}")
+
+
+def _read_only_sqlite(url: URL) -> URL:
+    """``url`` opening its file read-only: SQLite's URI filename ``file:PATH?mode=ro``."""
+    path = url.database or ""
+    if path.startswith("file:") or path == ":memory:":
+        return url
+    return url.set(database=f"file:{quote(path)}", query={**url.query, "mode": "ro", "uri": "true"})
+
+
+def _configure_read_only(dbapi_connection: Any, _record: object) -> None:
+    dbapi_connection.isolation_level = None
+    cursor = dbapi_connection.cursor()
+    cursor.execute(f"PRAGMA busy_timeout = {_SQLITE_BUSY_TIMEOUT_MS}")
+    cursor.close()
 
 
 def _configure_sqlite(dbapi_connection: Any, _record: object) -> None:

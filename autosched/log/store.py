@@ -77,8 +77,9 @@ class TuningLog:
         * Opening a log brings its schema up to date (Alembic ``upgrade head``); opening an
           up-to-date log changes nothing. Several processes may open the same log at once.
           With ``migrate=False`` (read-only commands) nothing is created or migrated: the
-          database must hold an up-to-date log. A database holding tables that are neither
-          autosched's nor Optuna's is refused either way.
+          database must hold an up-to-date log, and a SQLite file is opened read-only. A
+          database holding tables that are neither autosched's nor Optuna's is refused either
+          way.
         * Every method runs in its own transaction: it is stored entirely or not at all.
         * Thread safety: one ``TuningLog`` may be shared by threads; each call takes its own
           connection from the pool. After ``os.fork`` the child must open its own ``TuningLog``.
@@ -103,7 +104,7 @@ class TuningLog:
 
     def __init__(self, url: str | None = None, *, migrate: bool = True) -> None:
         self._url = default_db_url() if url is None else url
-        self._engine = create_log_engine(self._url)
+        self._engine = create_log_engine(self._url, read_only=not migrate)
         try:
             check_schema(self._engine, migrate=migrate)
         except UserError:

@@ -1,6 +1,7 @@
 """The portable tuning log: export and import between SQLite and PostgreSQL, idempotent merges
-that keep every log's samples with their provenance, and files refused whole (corrupt, of an
-unknown version, over a bound, or carrying a hostile program) with one line.
+that keep every log's samples with their provenance and the finals that re-timed their best
+records, and files refused whole (corrupt, of an unknown version, over a bound, or carrying a
+hostile program) with one line.
 """
 
 from __future__ import annotations
@@ -17,9 +18,19 @@ from sqlalchemy import func, select, update
 
 from autosched.admission import program_json
 from autosched.errors import Conflict, UserError
+from autosched.finalists import Entrant, rank_finalists
 from autosched.log import TuningLog
+from autosched.log.finalists import FinalistStore
 from autosched.log.jobs import JobStore
-from autosched.log.models import Candidate, Device, Measurement, Target, Workload
+from autosched.log.models import (
+    Candidate,
+    Device,
+    FinalistTiming,
+    Measurement,
+    Target,
+    TuningJob,
+    Workload,
+)
 from autosched.log.portable import Limits, Selection, Tally, export_log, import_log
 from autosched.log.provenance import autosched_version
 from autosched.log.subjects import ensure_subject
@@ -75,6 +86,22 @@ def fill(
         results.append(CandidateResult(trace, f"{i:032x}", result, verified=True, device_id=device))
     log.record_batch(job, results)
     return job
+
+
+def record_final(log: TuningLog, job: int, programs: range) -> None:
+    """A final of ``programs`` (measured by ``fill``) for the job: five samples each, the
+    fastest program the slowest single shot, so that the final changes the winner."""
+    workload = get_workload("matmul", SHAPE)
+    stored, target = ensure_subject(log, workload, TARGET)
+    entrants = [
+        Entrant(
+            f"{i:032x}", json.dumps([[["SampleCategorical", [], [], [i]]], []]), 1e-4 + i * 1e-6
+        )
+        for i in programs
+    ]
+    samples = [[(2 + len(programs) - i) * 1e-5 + r * 1e-7 for r in range(5)] for i in programs]
+    device = log.ensure_device(MACHINE_A)
+    FinalistStore(log).record(job, stored.id, target.id, device, rank_finalists(entrants, samples))
 
 
 def content(path: Path) -> list[dict]:
@@ -229,7 +256,7 @@ def _program_importing_llvm_ir() -> str:
     [
         ("truncated", "corrupt"),
         ("not gzip", "not gzip-compressed"),
-        ("version 2", "format version 2; this autosched reads version 1"),
+        ("version 3", "format version 3; this autosched reads versions 1 to 2"),
         ("no end line", "truncated"),
         ("hostile program", "may call pure math intrinsics only, not tirx.call_extern"),
         ("loop importing LLVM IR", "may not carry the loop annotation 'pragma_import_llvm'"),
@@ -247,8 +274,8 @@ def test_a_damaged_file_is_refused_in_one_line_and_nothing_is_imported(
         bad.write_bytes(data[: len(data) // 2])
     elif damage == "not gzip":
         bad.write_text("\n".join(json.dumps(line) for line in lines))
-    elif damage == "version 2":
-        rewrite(exported, bad, {0: {**lines[0], "created_at": T0.isoformat(), "version": 2}})
+    elif damage == "version 3":
+        rewrite(exported, bad, {0: {**lines[0], "created_at": T0.isoformat(), "version": 3}})
     elif damage == "no end line":
         rewrite(exported, bad, {len(lines) - 1: None})
     elif damage == "hostile program":
@@ -360,3 +387,125 @@ def test_a_workload_keyed_otherwise_by_another_tvm_is_stored_under_this_ones_key
     stored = log.find_workload(key)
     assert stored is not None and stored.source is None  # still the built-in workload
     assert log.count_records(stored.id, log.tuned_records(stored.id)[0].target.id) == 5
+
+
+@pytest.fixture
+def with_final(tmp_path: Path) -> tuple[Path, list]:
+    """A file of a SQLite log whose best record a final timed again, and that log's summary."""
+    with TuningLog(f"sqlite:///{tmp_path / 'finals.db'}") as source:
+        job = fill(source, MACHINE_A, programs=range(4), base=1e-4)
+        record_final(source, job, range(3))
+        summary = export_log(source, tmp_path / "finals.jsonl.gz")
+        rows = source.summary()
+    assert summary.counts["final"] == 1
+    return summary.path, rows
+
+
+def test_finals_travel_with_the_records_and_are_imported_once(
+    db_url: str, with_final: tuple[Path, list], cli: Cli
+) -> None:
+    file, (exported_row,) = with_final
+    assert exported_row.retimed_secs is not None
+    with TuningLog(db_url) as log:
+        first = import_log(log, file)
+        (row,) = log.summary()
+        second = import_log(log, file)
+        with log.sessions.begin() as session:
+            timings = session.scalar(select(func.count()).select_from(FinalistTiming))
+            jobs = session.scalars(select(TuningJob)).all()
+    assert first.finals == Tally(1, 0) and second.finals == Tally(0, 1)
+    assert timings == 3 and [(job.status, job.strategy, job.owner) for job in jobs] == [
+        ("finished", "random", None)
+    ]
+    assert row.best_latency_secs == pytest.approx(exported_row.best_latency_secs)
+    assert (row.retimed_secs, row.retimed_low_secs, row.retimed_high_secs) == pytest.approx(
+        (exported_row.retimed_secs, exported_row.retimed_low_secs, exported_row.retimed_high_secs)
+    )
+    listed = cli("log", "--db", db_url, "--json")
+    (shown,) = json.loads(listed.out)
+    assert shown["retimed_latency_us"] == pytest.approx(exported_row.retimed_secs * 1e6)
+    assert shown["retimed_interval_us"] is not None
+
+
+def test_a_final_since_a_date_brings_the_measurements_of_its_finalists(
+    log: TuningLog, tmp_path: Path
+) -> None:
+    job = fill(log, MACHINE_A, programs=range(5), base=1e-4)
+    record_final(log, job, range(3))
+    with log.sessions.begin() as session:
+        session.execute(update(Measurement).values(finished_at=T0))
+        session.execute(update(FinalistTiming).values(created_at=T0 + timedelta(days=2)))
+    late = export_log(log, tmp_path / "late.jsonl.gz", Selection(since=T0 + timedelta(days=1)))
+    assert late.counts["final"] == 1 and late.counts["measurement"] == 3  # its three finalists
+    with TuningLog(f"sqlite:///{tmp_path / 'other.db'}") as other:
+        assert import_log(other, late.path).finals == Tally(1, 0)
+        (row,) = other.summary()
+    assert row.retimed_secs is not None
+
+
+@on_sqlite
+def test_a_finals_ranks_come_from_its_samples_not_from_the_file(
+    log: TuningLog, with_final: tuple[Path, list], tmp_path: Path
+) -> None:
+    file, (exported_row,) = with_final
+    lines = content(file)
+    number = next(i for i, line in enumerate(lines) if line.get("type") == "final")
+    final = lines[number]
+    forged = {**final, "finalists": final["finalists"][::-1]}  # the slowest claims to have won
+    import_log(log, rewrite(file, tmp_path / "forged.jsonl.gz", {number: forged}))
+    (row,) = log.summary()
+    assert row.retimed_secs == pytest.approx(exported_row.retimed_secs)
+    with log.sessions.begin() as session:
+        ranked = session.execute(
+            select(FinalistTiming.rank, FinalistTiming.median_secs).order_by(FinalistTiming.rank)
+        ).all()
+    assert [median for _, median in ranked] == sorted(median for _, median in ranked)
+
+
+@on_sqlite
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        ("unmeasured program", "names a program the file holds no measurement of"),
+        ("a program twice", "names a program twice"),
+        ("no samples", "finalists.0.samples: List should have at least 1 item"),
+        ("unknown device", "final 1 names a device the file lacks"),
+    ],
+)
+def test_a_final_naming_what_the_file_lacks_is_refused_and_nothing_is_imported(
+    log: TuningLog, with_final: tuple[Path, list], tmp_path: Path, damage: str, message: str
+) -> None:
+    file, _ = with_final
+    lines = content(file)
+    number = next(i for i, line in enumerate(lines) if line.get("type") == "final")
+    final = lines[number]
+    entries = final["finalists"]
+    if damage == "unmeasured program":
+        forged = {**final, "finalists": [{**entries[0], "program_hash": "e" * 32}, *entries[1:]]}
+    elif damage == "a program twice":
+        forged = {**final, "finalists": [entries[0], *entries]}
+    elif damage == "no samples":
+        forged = {**final, "finalists": [{**entries[0], "samples": []}, *entries[1:]]}
+    else:
+        forged = {**final, "device": "0" * 64}
+    lines[0]["created_at"] = T0.isoformat()
+    bad = rewrite(file, tmp_path / "bad.jsonl.gz", {0: lines[0], number: forged})
+    before = snapshot(log)
+    with pytest.raises(UserError) as refused:
+        import_log(log, bad)
+    assert message in str(refused.value) and "\n" not in str(refused.value)
+    assert snapshot(log) == before
+
+
+@on_sqlite
+def test_a_version_1_file_without_finals_is_still_read(log: TuningLog, exported: Path) -> None:
+    lines = content(exported)
+    header = {**lines[0], "created_at": T0.isoformat(), "version": 1}
+    end = lines[-1]
+    counts = {kind: count for kind, count in end["counts"].items() if kind != "final"}
+    older = rewrite(
+        exported,
+        exported.with_name("v1.jsonl.gz"),
+        {0: header, len(lines) - 1: {**end, "counts": counts}},
+    )
+    assert import_log(log, older).measurements == Tally(5, 0)

@@ -1,5 +1,6 @@
 """The portable tuning log: one self-describing, versioned, gzip-compressed file of JSON lines
-that carries workloads, targets, devices, measurements and best records from one log to another.
+that carries workloads, targets, devices, measurements, best records and the finals that timed
+their winners again from one log to another.
 
 ``export_log`` writes a log (or part of it) to such a file; ``import_log`` merges one into any log,
 in one transaction, so a refused file leaves nothing behind. The file is data: every line is
@@ -7,9 +8,9 @@ validated (pydantic) before anything is stored, every workload's program is admi
 submitted program is (``autosched.admission``), traces stay JSON text that only TVM's trace replay
 ever reads, and the file's size, its decompressed size, its lines and their length are bounded.
 
-The format (version 1), one JSON object per line:
+The format (version 2; version 1 files, without finals, are read too), one JSON object per line:
 
-    {"format": "autosched-log", "version": 1, "created_at", "autosched", "tvm", "filters"}
+    {"format": "autosched-log", "version": 2, "created_at", "autosched", "tvm", "filters"}
     {"type": "workload", "key", "name", "params", "flops", "builtin", "program"}   (IR JSON)
     {"type": "target", "key", "kind", "target"}
     {"type": "device", "key", "fingerprint"}
@@ -17,11 +18,16 @@ The format (version 1), one JSON object per line:
      "samples", "error_kind", "error_msg", "verified", "build_secs", "started_at", "finished_at",
      "provenance"}
     {"type": "best", "workload", "target", "measurement"}                       (a measurement uid)
+    {"type": "final", "workload", "target", "device", "created_at", "job",
+     "finalists": [{"program_hash", "first_median_secs", "samples"}, ...]}      (the winner first)
     {"type": "end", "counts": {"workload": N, ...}}
 
 Workloads, targets and devices are named by their keys; a measurement by its ``uid``, which it
 keeps in every log, so importing a file twice adds nothing while another log's measurement of the
-same program is kept beside this one's.
+same program is kept beside this one's. A final names programs measured in the file; its medians,
+intervals, ranks and ties are computed again from its samples on import, and a final already
+stored (the same programs with the same samples) is not stored twice. It comes with its job
+(strategy, budget, seed, times), stored as a finished job of no owner.
 """
 
 from __future__ import annotations
@@ -45,22 +51,25 @@ from sqlalchemy import Select, and_, or_, select
 from sqlalchemy.orm import Session
 
 from autosched.errors import Conflict, UserError
+from autosched.finalists import MAX_FINALISTS, MAX_ROUNDS, Entrant, rank_finalists
 from autosched.log.db import one_line
 from autosched.log.models import (
     BestRecord,
     Candidate,
     CandidateState,
     Device,
+    FinalistTiming,
     Measurement,
     Target,
+    TuningJob,
     Workload,
     utcnow,
 )
 from autosched.log.store import TuningLog, best_row
-from autosched.records import ErrorKind
+from autosched.records import ErrorKind, JobStatus
 
 FORMAT = "autosched-log"
-VERSION = 1
+VERSION = 2
 SUFFIX = ".jsonl.gz"
 
 _GZIP_MAGIC = b"\x1f\x8b"
@@ -123,6 +132,7 @@ class ImportSummary:
     targets: Tally = field(default_factory=Tally)
     devices: Tally = field(default_factory=Tally)
     measurements: Tally = field(default_factory=Tally)
+    finals: Tally = field(default_factory=Tally)
     best: int = 0
     other_tvm: int = 0
     rekeyed: int = 0
@@ -135,6 +145,7 @@ class ImportSummary:
                 ("targets", self.targets),
                 ("devices", self.devices),
                 ("measurements", self.measurements),
+                ("finals", self.finals),
             )
         }
         return {
@@ -160,7 +171,7 @@ class _Line(BaseModel):
 
 class Header(_Line):
     format: Literal["autosched-log"]
-    version: Literal[1]
+    version: Literal[1, 2]
     created_at: datetime
     autosched: str
     tvm: str | None
@@ -242,6 +253,33 @@ class BestLine(_Line):
     measurement: _Hex32
 
 
+class FinalJob(_Line):
+    """The job whose final it was: what an imported final is stored under."""
+
+    strategy: _Name
+    trials: Annotated[int, Field(ge=0, le=1 << 31)]
+    batch_size: Annotated[int, Field(ge=1, le=1 << 31)]
+    seed: Annotated[int, Field(ge=-(1 << 63), lt=1 << 63)] | None
+    created_at: datetime
+    finished_at: datetime | None
+
+
+class FinalEntry(_Line):
+    program_hash: _ProgramHash
+    first_median_secs: _Seconds
+    samples: Annotated[list[_Seconds], Field(min_length=1, max_length=MAX_ROUNDS)]
+
+
+class FinalLine(_Line):
+    type: Literal["final"]
+    workload: _Hex32
+    target: _Hex32
+    device: _Hex64 | None
+    created_at: datetime
+    job: FinalJob
+    finalists: Annotated[list[FinalEntry], Field(min_length=1, max_length=MAX_FINALISTS + 1)]
+
+
 class EndLine(_Line):
     type: Literal["end"]
     counts: dict[str, int]
@@ -249,11 +287,11 @@ class EndLine(_Line):
 
 _LINE = TypeAdapter(
     Annotated[
-        WorkloadLine | TargetLine | DeviceLine | MeasurementLine | BestLine | EndLine,
+        WorkloadLine | TargetLine | DeviceLine | MeasurementLine | BestLine | FinalLine | EndLine,
         Field(discriminator="type"),
     ]
 )
-_KINDS = ("workload", "target", "device", "measurement", "best")
+_KINDS = ("workload", "target", "device", "measurement", "best", "final")
 
 
 # Export.
@@ -305,10 +343,18 @@ def _export_lines(session: Session, selection: Selection) -> Iterator[dict[str, 
     chosen = _measurements(selection)
     best = _best_rows(session, selection)
     best_uids = {uid for _, _, uid in best}
+    finals = _finals(session, selection)
+    finalists = {timing.candidate_id for timings in finals.values() for timing, *_ in timings}
     rows = session.execute(
-        chosen.where(or_(*_since(selection), Measurement.uid.in_(best_uids)))
-        if best_uids and selection.since is not None
-        else chosen.where(*_since(selection))
+        chosen.where(
+            or_(
+                *_since(selection),
+                Measurement.uid.in_(best_uids),
+                Measurement.candidate_id.in_(finalists),
+            )
+        )
+        if selection.since is not None
+        else chosen
     ).all()
     workload_ids = sorted({row.Candidate.workload_id for row in rows})
     target_ids = sorted({row.Candidate.target_id for row in rows})
@@ -342,6 +388,8 @@ def _export_lines(session: Session, selection: Selection) -> Iterator[dict[str, 
                 "target": target_key,
                 "measurement": uid,
             }
+    for job_id in sorted(finals):
+        yield _final_line(session.get_one(TuningJob, job_id), finals[job_id])
 
 
 def _measurements(selection: Selection) -> Select[Any]:
@@ -401,6 +449,63 @@ def _best_rows(session: Session, selection: Selection) -> list[tuple[str, str, s
         if found is not None and found[1].verified and found[1].median_secs is not None:
             best.append((row.workload_key, row.target_key, found[1].uid))
     return best
+
+
+_FinalRow = tuple[FinalistTiming, str, str, str, str | None]
+"""A finalist's timing with its program hash and the keys of its workload, target and device."""
+
+
+def _finals(session: Session, selection: Selection) -> dict[int, list[_FinalRow]]:
+    """The finals of the selection (with ``since``, those timed since), by job: each finalist's
+    timing with its program hash and keys, the winner first."""
+    query = (
+        select(
+            FinalistTiming,
+            Candidate.program_hash,
+            Workload.key.label("workload_key"),
+            Target.key.label("target_key"),
+            Device.key.label("device_key"),
+        )
+        .join(Candidate, Candidate.id == FinalistTiming.candidate_id)
+        .join(Workload, Workload.id == Candidate.workload_id)
+        .join(Target, Target.id == Candidate.target_id)
+        .outerjoin(Device, Device.id == FinalistTiming.device_id)
+        .where(*_subject(selection))
+        .order_by(FinalistTiming.job_id, FinalistTiming.rank)
+    )
+    if selection.since is not None:
+        query = query.where(FinalistTiming.created_at >= selection.since)
+    finals: dict[int, list[_FinalRow]] = {}
+    for row in session.execute(query):
+        finals.setdefault(row.FinalistTiming.job_id, []).append(tuple(row))
+    return finals
+
+
+def _final_line(job: TuningJob, timings: list[_FinalRow]) -> dict[str, Any]:
+    first, _, workload_key, target_key, device_key = timings[0]
+    return {
+        "type": "final",
+        "workload": workload_key,
+        "target": target_key,
+        "device": device_key,
+        "created_at": _time(first.created_at),
+        "job": {
+            "strategy": job.strategy,
+            "trials": job.trials,
+            "batch_size": job.batch_size,
+            "seed": job.seed,
+            "created_at": _time(job.created_at),
+            "finished_at": _time(job.finished_at),
+        },
+        "finalists": [
+            {
+                "program_hash": program_hash,
+                "first_median_secs": timing.first_median_secs,
+                "samples": list(timing.samples),
+            }
+            for timing, program_hash, *_ in timings
+        ],
+    }
 
 
 def _workload_line(workload: Workload) -> dict[str, Any]:
@@ -479,6 +584,7 @@ class _File:
     devices: list[DeviceLine] = field(default_factory=list)
     measurements: list[MeasurementLine] = field(default_factory=list)
     best: list[BestLine] = field(default_factory=list)
+    finals: list[FinalLine] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -560,7 +666,10 @@ def _parse(stream: IO[bytes], limits: Limits) -> _File:
         "device": len(parsed.devices),
         "measurement": len(parsed.measurements),
         "best": len(parsed.best),
+        "final": len(parsed.finals),
     }
+    if header.version == 1 and not parsed.finals:
+        del counts["final"]  # version 1 files carry no finals and do not count them
     if end.counts != counts:
         raise UserError(f"the end line counts {end.counts}, the file holds {counts}")
     _check_references(parsed)
@@ -573,6 +682,7 @@ _GROUPS = {
     "device": "devices",
     "measurement": "measurements",
     "best": "best",
+    "final": "finals",
 }
 
 
@@ -642,9 +752,10 @@ def _header(text: bytes) -> Header:
     if not isinstance(document, dict) or document.get("format") != FORMAT:
         raise UserError("line 1 is not an autosched-log header; the file is not a portable log")
     version = document.get("version")
-    if version != VERSION:
+    if version not in (1, VERSION):
         raise UserError(
-            f"the file is of format version {version!r}; this autosched reads version {VERSION}"
+            f"the file is of format version {version!r}; this autosched reads versions 1 to "
+            f"{VERSION}"
         )
     try:
         return Header.model_validate(document)
@@ -680,6 +791,17 @@ def _check_references(parsed: _File) -> None:
             raise UserError(f"a best record names measurement {best.measurement}, not in the file")
         if not (record.verified and record.ok):
             raise UserError(f"best record {best.measurement} is not a verified timing")
+    timed = {(line.workload, line.target, line.program_hash) for line in measured.values()}
+    for number, final in enumerate(parsed.finals, start=1):
+        if final.workload not in workloads or final.target not in targets:
+            raise UserError(f"final {number} names a workload or target the file lacks")
+        if final.device is not None and final.device not in devices:
+            raise UserError(f"final {number} names a device the file lacks")
+        hashes = [entry.program_hash for entry in final.finalists]
+        if len(set(hashes)) != len(hashes):
+            raise UserError(f"final {number} names a program twice")
+        if any((final.workload, final.target, h) not in timed for h in hashes):
+            raise UserError(f"final {number} names a program the file holds no measurement of")
 
 
 def _unique(kind: str, keys: Iterable[str]) -> set[str]:
@@ -753,7 +875,7 @@ def _store(log: TuningLog, parsed: _File, admitted: dict[str, _Admitted]) -> Imp
             summary.devices,
         )
 
-        def subject(line: MeasurementLine | BestLine) -> tuple[int, int]:
+        def subject(line: MeasurementLine | BestLine | FinalLine) -> tuple[int, int]:
             return (
                 workload_ids[admitted[line.workload].key],
                 target_ids[target_keys[line.target]],
@@ -810,7 +932,83 @@ def _store(log: TuningLog, parsed: _File, admitted: dict[str, _Admitted]) -> Imp
                 candidates[(workload_id, target_id, record.program_hash)],
             )
             summary.best += 1
+        traces = {line.program_hash: line.trace for line in parsed.measurements}
+        for final in parsed.finals:
+            workload_id, target_id = subject(final)
+            device_id = None if final.device is None else device_ids[device_keys[final.device]]
+            ids = {
+                entry.program_hash: candidates[(workload_id, target_id, entry.program_hash)]
+                for entry in final.finalists
+            }
+            new = _store_final(session, final, workload_id, target_id, device_id, ids, traces)
+            summary.finals.new += int(new)
+            summary.finals.existing += int(not new)
     return summary
+
+
+def _store_final(
+    session: Session,
+    final: FinalLine,
+    workload_id: int,
+    target_id: int,
+    device_id: int | None,
+    ids: dict[str, int],
+    traces: dict[str, str],
+) -> bool:
+    """Store ``final`` under a finished job of its own, its finalists ranked again from their
+    samples (``autosched.finalists.rank_finalists``); False where a final of the same programs
+    with the same samples is stored already."""
+    ranked = rank_finalists(
+        [
+            Entrant(entry.program_hash, traces[entry.program_hash], entry.first_median_secs)
+            for entry in final.finalists
+        ],
+        [entry.samples for entry in final.finalists],
+    )
+    signature = [(ids[finalist.program_hash], list(finalist.samples)) for finalist in ranked]
+    with_winner = select(FinalistTiming.job_id).where(
+        FinalistTiming.candidate_id == signature[0][0]
+    )
+    stored: dict[int, list[tuple[int, list[float]]]] = {}
+    for job_id, candidate_id, samples in session.execute(
+        select(FinalistTiming.job_id, FinalistTiming.candidate_id, FinalistTiming.samples)
+        .where(FinalistTiming.job_id.in_(with_winner))
+        .order_by(FinalistTiming.job_id, FinalistTiming.rank)
+    ):
+        stored.setdefault(job_id, []).append((candidate_id, list(samples)))
+    if signature in stored.values():
+        return False
+    job = TuningJob(
+        workload_id=workload_id,
+        target_id=target_id,
+        trials=final.job.trials,
+        batch_size=final.job.batch_size,
+        strategy=final.job.strategy,
+        seed=final.job.seed,
+        status=JobStatus.FINISHED.value,
+        created_at=final.job.created_at,
+        finished_at=final.job.finished_at,
+    )
+    session.add(job)
+    session.flush()
+    session.add_all(
+        FinalistTiming(
+            job_id=job.id,
+            candidate_id=ids[finalist.program_hash],
+            device_id=device_id,
+            samples=list(finalist.samples),
+            first_median_secs=finalist.first_median_secs,
+            median_secs=finalist.median_secs,
+            ci_low_secs=finalist.interval.low,
+            ci_high_secs=finalist.interval.high,
+            confidence=finalist.interval.confidence,
+            rank=rank,
+            tie=finalist.tie,
+            created_at=final.created_at,
+        )
+        for rank, finalist in enumerate(ranked, start=1)
+    )
+    return True
 
 
 def _device_key(fingerprint: dict[str, Any]) -> str:

@@ -2,11 +2,14 @@
 
 - ``tvmscript``: the best scheduled PrimFunc as TVMScript text;
 - ``metaschedule-db``: a MetaSchedule JSON database directory that TVM's own flows load;
-- ``library``: a compiled shared library with a JSON sidecar describing the function.
+- ``library``: a compiled shared library with its manifest, the JSON beside it that
+  ``autosched.runtime`` loads it by: its function's arguments, and how the tuner ran it (the
+  threads of TVM's pool, the timing protocol), as a model library's manifest says too.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -15,18 +18,23 @@ from pathlib import Path
 from typing import Any
 
 import tvm
+from sqlalchemy import select
 from tvm.s_tir import Schedule
 from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 from tvm.s_tir.meta_schedule.database import JSONDatabase, TuningRecord
 
+from autosched import runtime
 from autosched.errors import UserError
 from autosched.fallback import Fallback, FallbackLevel, nearest, replay_problem
+from autosched.finalists import ROUNDS, Interval
 from autosched.intrinsics import use_tensor_intrinsics
 from autosched.log import TuningLog
+from autosched.log.models import FinalistTiming
+from autosched.measure.config import MeasureConfig
 from autosched.measure.local import Measurer
 from autosched.records import RecordView, TunedRecord
 from autosched.schedule import apply_trace
-from autosched.target import canonical_target, target_key, to_tvm_target
+from autosched.target import canonical_target, target_key, thread_env, to_tvm_target
 from autosched.workload import Workload
 
 
@@ -43,7 +51,8 @@ class BestSchedule:
     ``target`` is the target asked for, which exports compile for; ``tuned_for`` the target the
     record was tuned for (the same, unless a fallback found a record of another), ``level`` how
     near that is to ``target``; ``notes`` report records passed over (a trace that no longer
-    replays on this TVM) and what retiming measured, one line each.
+    replays on this TVM) and what retiming measured, one line each. ``retimed`` is the
+    record's re-timed median and its interval, where a final of this log timed it again.
     """
 
     workload: Workload
@@ -53,6 +62,7 @@ class BestSchedule:
     level: FallbackLevel = FallbackLevel.EXACT
     tuned_for: dict | None = None
     notes: tuple[str, ...] = ()
+    retimed: tuple[float, Interval] | None = None
 
 
 # Records of each matching target that retiming measures here.
@@ -101,8 +111,28 @@ def best_schedule(
         record = _retime(log, workload, stored.id, found, retime, notes)
     best = replay(workload, target, record)
     return replace(
-        best, level=choice.level, tuned_for=choice.target.target_json, notes=tuple(notes)
+        best,
+        level=choice.level,
+        tuned_for=choice.target.target_json,
+        notes=tuple(notes),
+        retimed=_final_timing(log, record.candidate_id) if retime is None else None,
     )
+
+
+def _final_timing(log: TuningLog, candidate_id: int) -> tuple[float, Interval] | None:
+    """The median and interval of the latest final that timed the candidate again (None: no
+    final did)."""
+    with log.sessions.begin() as session:
+        timing = session.scalars(
+            select(FinalistTiming)
+            .where(FinalistTiming.candidate_id == candidate_id)
+            .order_by(FinalistTiming.id.desc())
+            .limit(1)
+        ).first()
+        if timing is None:
+            return None
+        interval = Interval(timing.ci_low_secs, timing.ci_high_secs, timing.confidence)
+        return timing.median_secs, interval
 
 
 def _replaying_record(
@@ -183,13 +213,20 @@ def export(best: BestSchedule, fmt: ExportFormat, output: Path) -> list[Path]:
 
 
 def _describe(best: BestSchedule) -> dict[str, object]:
-    median = best.record.median_secs
+    """The workload, the target and the best record's latencies: its single measurement in the
+    search and, where a final timed it again, its re-timed median and interval."""
+    single = best.record.median_secs
+    median, interval = best.retimed or (None, None)
     return {
         "workload": best.workload.name,
         "params": dict(best.workload.params),
         "workload_key": best.workload.key,
         "target": best.target,
-        "median_latency_us": None if median is None else median * 1e6,
+        "single_shot_latency_us": None if single is None else single * 1e6,
+        "retimed_latency_us": None if median is None else median * 1e6,
+        "retimed_interval_us": None
+        if interval is None
+        else [interval.low * 1e6, interval.high * 1e6],
         "match": best.level.value,
         "tuned_for": best.target if best.tuned_for is None else best.tuned_for,
     }
@@ -222,7 +259,61 @@ def _export_library(best: BestSchedule, output: Path) -> list[Path]:
         {"name": name, "shape": list(shape), "dtype": dtype}
         for name, (shape, dtype) in zip(names, best.workload.args, strict=True)
     ]
-    signature = {"function": "main", "arguments": arguments, **_describe(best)}
+    manifest = {
+        **artefact_header("kernel", output, best.target, cold=best.workload.timed_cold),
+        "arguments": arguments,
+        "num_outputs": best.workload.num_outputs or 1,
+        **_describe(best),
+    }
     sidecar = output.with_suffix(".json")
-    sidecar.write_text(json.dumps(signature, indent=2) + "\n")
+    sidecar.write_text(json.dumps(manifest, indent=2) + "\n")
     return [output, sidecar]
+
+
+def artefact_header(kind: str, library: Path, target: dict, *, cold: bool) -> dict[str, object]:
+    """The fields of a manifest that ``autosched.runtime`` runs the library by: its kind and
+    file, its function, and how the tuner ran its programs on ``target``: the device, the threads
+    of TVM's pool (``autosched.target.thread_env``; None where the target left it to TVM) and the
+    timing protocol of a final (``cold``: the CPU caches flushed before each call)."""
+    threads = thread_env(target).get(runtime.THREADS_VARIABLE)
+    config = MeasureConfig()
+    return {
+        "manifest": runtime.MANIFEST,
+        "manifest_version": runtime.MANIFEST_VERSION,
+        "kind": kind,
+        "library": library.name,
+        "function": "main",
+        "runtime": {
+            "device": "cuda" if target.get("kind") == "cuda" else "cpu",
+            "num_threads": None if threads is None else int(threads),
+        },
+        "timing": {
+            "warmup": config.warmup,
+            "min_repeat_ms": config.min_repeat_ms,
+            "rounds": ROUNDS,
+            "cold": cold,
+        },
+    }
+
+
+def complete_model_manifest(sidecar: Path, target: dict, source: Path) -> None:
+    """Make the sidecar of a model library (``autosched.model.compile.export_library``) its
+    manifest: the header `artefact_header` writes, and the model file it was compiled from (its
+    path and SHA-256, for a peer to run the same model). The whole model is timed warm; its
+    kernels were tuned cache-cold, one by one.
+
+    Raises:
+        UserError: the sidecar or the model file cannot be read or written.
+    """
+    try:
+        document = json.loads(sidecar.read_text())
+        digest = hashlib.sha256(source.read_bytes()).hexdigest()
+        header = artefact_header("model", sidecar.with_suffix(".so"), target, cold=False)
+        manifest = {
+            **header,
+            **document,
+            "source": {"path": str(source.resolve()), "sha256": digest},
+        }
+        sidecar.write_text(json.dumps(manifest, indent=2) + "\n")
+    except OSError as error:
+        raise UserError(f"cannot write {sidecar}: {error.strerror or error}") from None

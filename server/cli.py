@@ -7,6 +7,7 @@ Heavy modules (FastAPI, uvicorn, httpx, TVM) are imported inside the commands th
 from __future__ import annotations
 
 import json
+import shlex
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -60,6 +61,7 @@ SubmitArg = Annotated[
 ]
 
 _out = Console()
+_err = Console(stderr=True)
 
 
 def serve(
@@ -202,6 +204,8 @@ def submit(
         with _client(server, token) as client:
             model = client.submit_model(Path(workload), fields)
         print(model.model_dump_json() if as_json else model.id)
+        if not as_json:
+            _next(f"autosched status --model {model.id} --watch{_server_option(server)}")
         return
     if model_input:
         raise UserError("--input sets a model file's input shapes; a workload takes -p")
@@ -222,6 +226,30 @@ def submit(
     with _client(server, token) as client:
         created = client.submit(job)
     print(created.model_dump_json() if as_json else created.id)
+    if not as_json:
+        _next(f"autosched status {created.id} --watch{_server_option(server)}")
+
+
+def _next(command: str) -> None:
+    """The command to run next, on stderr: stdout keeps what scripts read (a job's id)."""
+    _err.print(f"next: {command}", highlight=False, markup=False, soft_wrap=True)
+
+
+def _server_option(server: str) -> str:
+    return "" if server == DEFAULT_SERVER else f" --server {shlex.quote(server)}"
+
+
+def _export_commands(job: JobPublic, server: str) -> str | None:
+    """The commands that export a finished job's best schedule from the server as a library and
+    run it; None for a job without a best or of a program of the client's (its --file)."""
+    if job.status.value != "finished" or job.best_latency_secs is None or not job.workload.params:
+        return None
+    library = f"{job.workload.name}.so"
+    export = ["autosched", "export", job.workload.name]
+    for name, value in job.workload.params.items():
+        export += ["-p", f"{name}={value}"]
+    export += ["--server", server, "--target", job.target.key, "--format", "library"]
+    return f"{shlex.join([*export, '-o', library])} && autosched run {library} --time"
 
 
 def _workload_document(name: str, params: list[str] | None, file: Path | None) -> dict[str, Any]:
@@ -299,15 +327,20 @@ def status(
 
         if as_json:
             print(fetch().model_dump_json())
-        elif watch:
-            _watch(fetch, interval)
-        else:
-            _out.print(_render(fetch()))
+            return
+        shown = _watch(fetch, interval) if watch else fetch()
+        if not watch:
+            _out.print(_render(shown))
             if job is None and model is None and (models := client.models(limit=limit)).data:
                 _out.print(_render(models))
+    from autosched.protocol import JobPublic
+
+    commands = _export_commands(shown, server) if isinstance(shown, JobPublic) else None
+    if commands is not None:
+        _out.print(f"next: {commands}", highlight=False, markup=False, soft_wrap=True)
 
 
-def _watch(fetch: Callable[[], Shown], interval: float) -> None:
+def _watch(fetch: Callable[[], Shown], interval: float) -> Shown:
     """Refresh until the job ends (a list, until Ctrl-C): in place on a terminal; in a log, a new
     view each time something changed."""
     current = fetch()
@@ -317,13 +350,14 @@ def _watch(fetch: Callable[[], Shown], interval: float) -> None:
                 time.sleep(interval)
                 current = fetch()
                 live.update(_render(current), refresh=True)
-        return
+        return current
     _out.print(_render(current))
     while not _ended(current):
         time.sleep(interval)
         previous, current = current, fetch()
         if current != previous:
             _out.print(_render(current))
+    return current
 
 
 def _ended(current: Shown) -> bool:

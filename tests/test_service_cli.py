@@ -111,6 +111,7 @@ def test_submit_status_and_export_from_a_server(cli: Cli, server: Server, tmp_pa
     )  # fmt: skip
     assert submitted.code == 0, submitted.err
     job_id = int(submitted.out)
+    assert submitted.err.strip() == f"next: autosched status {job_id} --watch --server {server.url}"
     listed = cli("status", *remote)
     assert "matmul" in listed.out and "queued" in listed.out
     shown = json.loads(cli("status", str(job_id), "--json", *remote).out)

@@ -1,5 +1,8 @@
 """The `autosched log` group: list the log (its bare form), and carry it between machines as one
 portable file (`log export`, `log import`; the format is ``autosched.log.portable``'s).
+
+A best record has two latencies: the single measurement that made it the best in the search, and
+the median of the final that timed it again; the listing names them apart.
 """
 
 from __future__ import annotations
@@ -13,13 +16,14 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.console import Console
 from rich.markup import escape
+from rich.table import Table
 
-from autosched.cli import tune
 from autosched.cli.models import show_models
 from autosched.cli.options import DbOpt, JsonOpt, open_log
 
 if TYPE_CHECKING:
     from autosched.log.portable import ImportSummary
+    from autosched.records import SummaryRow
 
 log_app = typer.Typer(
     name="log",
@@ -37,7 +41,79 @@ _TARGET_KEY = re.compile(r"[0-9a-f]{32}")
 def show(ctx: typer.Context, db: DbOpt = None, as_json: JsonOpt = False) -> None:
     """List tuned workloads x targets with best latency and trial counts."""
     if ctx.invoked_subcommand is None:
-        tune.show_log(db, as_json)
+        show_log(db, as_json)
+
+
+def show_log(db: str | None, as_json: bool) -> None:
+    """List tuned workloads x targets: the best record's latency (its re-timed median where a
+    final timed it again, else its single measurement), its single measurement, the re-timed
+    interval, GFLOP/s and trial counts."""
+    log = open_log(db, must_exist=True, read_only=True)
+    try:
+        rows = log.summary()
+    finally:
+        log.close()
+    if as_json:
+        print(json.dumps([_row_json(row) for row in rows]))
+        return
+    table = Table(
+        "workload", "params", "target", "best", "95% interval", "single shot", "GFLOP/s",
+        "trials", "failed",
+        caption="best: the re-timed median where a final timed the best record again, else its "
+        "single measurement",
+    )  # fmt: skip
+    for row in rows:
+        low, high = row.retimed_low_secs, row.retimed_high_secs
+        rate = _gflops(row)
+        table.add_row(
+            row.workload_name,
+            " ".join(f"{k}={v}" for k, v in row.workload_params.items()),
+            ", ".join(f"{k}={v}" for k, v in row.target_json.items() if k in ("kind", "mcpu")),
+            _us(_best_secs(row)),
+            "-" if low is None or high is None else f"{low * 1e6:.2f} - {high * 1e6:.2f}",
+            _us(row.best_latency_secs),
+            "-" if rate is None else f"{rate:.1f}",
+            str(row.trials),
+            str(row.failed),
+        )
+    _out.print(table)
+
+
+def _row_json(row: SummaryRow) -> dict[str, object]:
+    """A row of `log --json`: ``best_latency_us`` is what `tune` reports as the best (the
+    re-timed median where there is one); ``single_shot_latency_us`` the best record's single
+    measurement in the search."""
+
+    def us(secs: float | None) -> float | None:
+        return None if secs is None else secs * 1e6
+
+    low, high = row.retimed_low_secs, row.retimed_high_secs
+    return {
+        "workload_key": row.workload_key,
+        "workload": row.workload_name,
+        "params": row.workload_params,
+        "target": row.target_json,
+        "best_latency_us": us(_best_secs(row)),
+        "single_shot_latency_us": us(row.best_latency_secs),
+        "retimed_latency_us": us(row.retimed_secs),
+        "retimed_interval_us": None if low is None or high is None else [low * 1e6, high * 1e6],
+        "gflops": _gflops(row),
+        "trials": row.trials,
+        "failed": row.failed,
+    }
+
+
+def _best_secs(row: SummaryRow) -> float | None:
+    return row.best_latency_secs if row.retimed_secs is None else row.retimed_secs
+
+
+def _gflops(row: SummaryRow) -> float | None:
+    best = _best_secs(row)
+    return None if row.flops is None or not best else row.flops / best / 1e9
+
+
+def _us(secs: float | None) -> str:
+    return "-" if secs is None else f"{secs * 1e6:.2f} us"
 
 
 @log_app.command("models")
@@ -64,8 +140,8 @@ def export_file(
 ) -> None:
     """Write the tuning log, or part of it, to one portable file.
 
-    Workloads, targets, devices, every measurement with its provenance, and the best records, as
-    gzip-compressed JSON lines.
+    Workloads, targets, devices, every measurement with its provenance, the best records and the
+    finals that timed them again, as gzip-compressed JSON lines.
     """
     from autosched.log.portable import Selection, export_log, parse_since
 
@@ -97,7 +173,8 @@ def export_file(
     _out.print(
         f"wrote {escape(str(output))}: {counts['workload']} workloads, {counts['target']} "
         f"targets, {counts['device']} devices, {counts['measurement']} measurements, "
-        f"{counts['best']} best records ({summary.bytes} bytes, {secs:.1f} s)",
+        f"{counts['best']} best records, {counts['final']} finals ({summary.bytes} bytes, "
+        f"{secs:.1f} s)",
         highlight=False,
         soft_wrap=True,
     )
@@ -140,6 +217,7 @@ def describe(summary: ImportSummary) -> str:
             ("targets", summary.targets),
             ("devices", summary.devices),
             ("measurements", summary.measurements),
+            ("finals", summary.finals),
         )
     ]
     if summary.other_tvm:

@@ -20,6 +20,7 @@ from autosched.cli import tune
 from autosched.cli.bench import bench_app
 from autosched.cli.costmodel import model_app
 from autosched.cli.logfile import log_app
+from autosched.cli.run import run_artefact
 from autosched.errors import ServiceUnavailable, UserError
 from autosched.torch_guard import keep_torch_out
 
@@ -37,6 +38,7 @@ app.command()(tune.tune)
 app.command()(tune.workloads)
 app.add_typer(log_app, name="log")
 app.command("export")(tune.export_schedule)
+app.command("run")(run_artefact)
 app.command()(tune.check)
 app.command()(tune.calibrate)
 app.add_typer(bench_app, name="bench")

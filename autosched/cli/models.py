@@ -9,6 +9,7 @@ bad input writes nothing.
 from __future__ import annotations
 
 import json
+import shlex
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -96,12 +97,25 @@ def tune_model_file(
         print(json.dumps(report.as_json()))
     else:
         _print_model_report(report)
+        if not report.nothing_worked:
+            next_steps = _next_commands(path, inputs, target, db)
+            _out.print(f"next: {escape(next_steps)}", highlight=False, soft_wrap=True)
     if report.nothing_worked:
         _err.print(
             "every trial of every task failed; the model keeps TVM's default schedules",
             highlight=False,
         )
         raise typer.Exit(code=1)
+
+
+def _next_commands(path: Path, inputs: list[str], target: str | None, db: str | None) -> str:
+    """The commands that export the tuned model as a library and run it beside its framework."""
+    source = [str(path), *(item for spec in inputs for item in ("--input", spec))]
+    options = [*(["--target", target] if target else []), *(["--db", db] if db else [])]
+    library = f"{path.stem}.so"
+    export = ["autosched", "export", *source, *options, "--format", "library", "-o", library]
+    peer = {".onnx": " --compare onnxruntime", ".pt2": " --compare torch"}.get(path.suffix, "")
+    return f"{shlex.join(export)} && autosched run {shlex.quote(library)} --time{peer}"
 
 
 def _print_model_report(report: ModelTuneReport) -> None:
@@ -153,7 +167,8 @@ def export_model_file(
     db: str | None,
 ) -> None:
     """Export the model at ``path`` compiled with the log's best schedules of its tasks: a Relax
-    VM library and its JSON sidecar (outputs checked first), or a MetaSchedule database."""
+    VM library and its manifest (outputs checked first), or a MetaSchedule database."""
+    from autosched.export import complete_model_manifest
     from autosched.model.compile import (
         OutputMismatch,
         best_schedules,
@@ -198,6 +213,7 @@ def export_model_file(
             _err.print(f"[red]error:[/red] {escape(str(error))}", highlight=False, soft_wrap=True)
             raise typer.Exit(code=1) from None
         written = export_library(model, executable, schedules, target_json, check, output)
+        complete_model_manifest(written[1], target_json, path)
     for written_path in written:
         _out.print(f"wrote {escape(str(written_path))}")
 

@@ -1,4 +1,4 @@
-"""The commands that work on this machine alone: tune, workloads, log, export, check, calibrate.
+"""The commands that work on this machine alone: tune, workloads, export, check, calibrate.
 
 Bad input ends with a one-line error and exit code 2, before anything is written to the log.
 Heavy modules (TVM, the log) are imported inside the commands that need them.
@@ -7,6 +7,7 @@ Heavy modules (TVM, the log) are imported inside the commands that need them.
 from __future__ import annotations
 
 import json
+import shlex
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -185,7 +186,7 @@ def tune(
     if as_json:
         print(json.dumps(report.as_json()))
     else:
-        _print_report(report)
+        _print_report(report, next_commands(spec.name, param, file, target, db))
     if report.nothing_worked:
         _err.print(
             f"every trial failed: {report.failure_cause}",
@@ -196,7 +197,7 @@ def tune(
         raise typer.Exit(code=1)
 
 
-def _print_report(report: TuneReport) -> None:
+def _print_report(report: TuneReport, next_steps: str) -> None:
     def us(secs: float | None) -> str:
         return "-" if secs is None else f"{secs * 1e6:.2f} us"
 
@@ -231,6 +232,21 @@ def _print_report(report: TuneReport) -> None:
     _out.print(table)
     if report.finalists:
         _print_finalists(report.finalists)
+    if report.best_latency_secs is not None:
+        _out.print(f"next: {escape(next_steps)}", highlight=False, soft_wrap=True)
+
+
+def next_commands(
+    workload: str, params: list[str] | None, file: Path | None, target: str | None, db: str | None
+) -> str:
+    """The commands that export what `tune` found as a library and run it as it was tuned."""
+    source = ["--file", str(file)] if file is not None else [workload]
+    for param in params or []:
+        source += ["-p", param]
+    options = [*(["--target", target] if target else []), *(["--db", db] if db else [])]
+    library = f"{file.stem if file is not None else workload}.so"
+    export = ["autosched", "export", *source, *options, "--format", "library", "-o", library]
+    return f"{shlex.join(export)} && autosched run {shlex.quote(library)} --time"
 
 
 def _print_finalists(finalists: Sequence[Finalist]) -> None:
@@ -282,69 +298,6 @@ def workloads(as_json: JsonOpt = False) -> None:
     for spec in specs:
         params = " ".join(f"{p.name}={p.default}" for p in spec.params)
         table.add_row(spec.name, params, spec.description)
-    _out.print(table)
-
-
-def show_log(db: DbOpt = None, as_json: JsonOpt = False) -> None:
-    """List tuned workloads x targets with best latency and trial counts."""
-    log = open_log(db, must_exist=True, read_only=True)
-    try:
-        rows = log.summary()
-    finally:
-        log.close()
-    if as_json:
-        document = [
-            {
-                "workload_key": row.workload_key,
-                "workload": row.workload_name,
-                "params": row.workload_params,
-                "target": row.target_json,
-                "best_latency_us": None
-                if row.best_latency_secs is None
-                else row.best_latency_secs * 1e6,
-                "gflops": None
-                if row.flops is None or not row.best_latency_secs
-                else row.flops / row.best_latency_secs / 1e9,
-                "trials": row.trials,
-                "failed": row.failed,
-                "retimed_latency_us": None if row.retimed_secs is None else row.retimed_secs * 1e6,
-                "retimed_interval_us": None
-                if row.retimed_low_secs is None or row.retimed_high_secs is None
-                else [row.retimed_low_secs * 1e6, row.retimed_high_secs * 1e6],
-            }
-            for row in rows
-        ]
-        print(json.dumps(document))
-        return
-    table = Table(
-        "workload", "params", "target", "best", "re-timed (95% interval)", "GFLOP/s", "trials",
-        "failed",
-    )  # fmt: skip
-    for row in rows:
-        best = "-" if row.best_latency_secs is None else f"{row.best_latency_secs * 1e6:.2f} us"
-        retimed = (
-            "-"
-            if row.retimed_secs is None
-            else f"{row.retimed_secs * 1e6:.2f} us ({(row.retimed_low_secs or 0) * 1e6:.2f}"
-            f" - {(row.retimed_high_secs or 0) * 1e6:.2f})"
-        )
-        gflops = (
-            "-"
-            if row.flops is None or not row.best_latency_secs
-            else f"{row.flops / row.best_latency_secs / 1e9:.1f}"
-        )
-        params = " ".join(f"{k}={v}" for k, v in row.workload_params.items())
-        target = ", ".join(f"{k}={v}" for k, v in row.target_json.items() if k in ("kind", "mcpu"))
-        table.add_row(
-            row.workload_name,
-            params,
-            target,
-            best,
-            retimed,
-            gflops,
-            str(row.trials),
-            str(row.failed),
-        )
     _out.print(table)
 
 

@@ -16,6 +16,8 @@ from tvm.s_tir import SBlock, SBlockRealize, Schedule
 from tvm.s_tir.schedule import Trace
 from tvm.tirx import FloatImm, IntImm, PrimFunc, SeqStmt, Stmt, Var
 
+from autosched.trace_check import check_trace
+
 
 def _plain(value: Any) -> Any:
     """Turn the TVM containers and immediates of a trace's JSON form into plain Python values."""
@@ -34,9 +36,10 @@ def trace_to_json(trace: Trace) -> str:
 
 
 def apply_trace(mod: IRModule, trace_json: str) -> Schedule:
-    """Replay a trace onto a fresh schedule of ``mod``; raises TVM's error if it does not apply."""
+    """Replay a trace onto a fresh schedule of ``mod``, once admitted (`check_trace`: it raises
+    UserError); raises TVM's error if it does not apply."""
     sch = Schedule(mod)
-    Trace.apply_json_to_schedule(json.loads(trace_json), sch)
+    Trace.apply_json_to_schedule(check_trace(trace_json), sch)
     return sch
 
 

@@ -260,6 +260,7 @@ def _program_importing_llvm_ir() -> str:
         ("no end line", "truncated"),
         ("hostile program", "may call pure math intrinsics only, not tirx.call_extern"),
         ("loop importing LLVM IR", "may not carry the loop annotation 'pragma_import_llvm'"),
+        ("trace importing LLVM IR", "may not attach the annotation 'pragma_import_llvm'"),
         ("negative sample", "line 5: measurement.samples.0: Input should be greater than or equal"),
         ("unknown device", "names a device the file lacks"),
     ],
@@ -282,6 +283,12 @@ def test_a_damaged_file_is_refused_in_one_line_and_nothing_is_imported(
         rewrite(exported, bad, {1: {**lines[1], "program": _hostile_program()}})
     elif damage == "loop importing LLVM IR":
         rewrite(exported, bad, {1: {**lines[1], "program": _program_importing_llvm_ir()}})
+    elif damage == "trace importing LLVM IR":
+        instructions, decisions = json.loads(lines[4]["trace"])
+        planted = ["Annotate", ["l0", '"module asm \\".pushsection .init_array\\""'],
+                   ["pragma_import_llvm"], []]  # fmt: skip
+        trace = json.dumps([[*instructions, planted], decisions])
+        rewrite(exported, bad, {4: {**lines[4], "trace": trace}})
     elif damage == "negative sample":
         rewrite(exported, bad, {4: {**lines[4], "samples": [-1.0]}})
     else:

@@ -5,8 +5,9 @@ their winners again from one log to another.
 ``export_log`` writes a log (or part of it) to such a file; ``import_log`` merges one into any log,
 in one transaction, so a refused file leaves nothing behind. The file is data: every line is
 validated (pydantic) before anything is stored, every workload's program is admitted as a
-submitted program is (``autosched.admission``), traces stay JSON text that only TVM's trace replay
-ever reads, and the file's size, its decompressed size, its lines and their length are bounded.
+submitted program is (``autosched.admission``), every trace too (``autosched.trace_check``), and
+traces stay JSON text that only TVM's trace replay ever reads; and the file's size, its
+decompressed size, its lines and their length are bounded.
 
 The format (version 2; version 1 files, without finals, are read too), one JSON object per line:
 
@@ -67,6 +68,7 @@ from autosched.log.models import (
 )
 from autosched.log.store import TuningLog, best_row
 from autosched.records import ErrorKind, JobStatus
+from autosched.trace_check import check_trace
 
 FORMAT = "autosched-log"
 VERSION = 2
@@ -230,11 +232,9 @@ class MeasurementLine(_Line):
     @classmethod
     def _trace_is_json_data(cls, trace: str) -> str:
         try:
-            document = json.loads(trace)
-        except (json.JSONDecodeError, RecursionError):
-            raise ValueError("a trace must be JSON text") from None
-        if not isinstance(document, list):
-            raise ValueError("a trace must be a JSON list")
+            check_trace(trace)
+        except UserError as error:
+            raise ValueError(str(error)) from None
         return trace
 
     @property

@@ -8,8 +8,9 @@ assignments, loops, ``with``, ``if``, literals, arithmetic and comparisons, name
 calls of ``T.``/``I.`` functions and ``range``, and plain strings (dtypes, block and axis names)
 that cannot be read as code. An attribute chain is allowed when it is exactly a name TVMScript's
 parsers define: ``T.grid``, ``T.axis.spatial``, ``R.nn.conv2d``, ``I.ir_module``, none of the
-modules they import (``T.entry.inspect.os`` is refused). Anything else is refused with the line
-it stands on.
+modules they import (``T.entry.inspect.os`` is refused), and none that calls code outside the
+program (``T.call_extern``, ``R.call_packed``). Anything else is refused with the line it stands
+on.
 """
 
 from __future__ import annotations
@@ -37,6 +38,23 @@ _NAMESPACES = {
 }
 """The namespaces of TVMScript's names (``T.axis.remap``, ``R.nn.relu``), by the name the parser
 binds its module to."""
+_LEAVING_THE_PROGRAM = {
+    "T": {
+        "Call", "call_extern", "call_pure_extern", "call_packed", "call_cpacked",
+        "call_packed_lowered", "call_cpacked_lowered", "call_intrin", "call_pure_intrin",
+        "call_llvm_intrin", "call_llvm_pure_intrin", "call_ffi_kernel", "call_kernel",
+        "tvm_call_packed", "tvm_call_cpacked", "tvm_call_packed_lowered",
+        "tvm_call_cpacked_lowered", "anylist_setitem_call_packed", "anylist_setitem_call_cpacked",
+        "llvm_lookup_intrinsic_id", "start_profile_intrinsic", "end_profile_intrinsic",
+    },
+    "R": {
+        "call_packed", "call_pure_packed", "call_dps_packed", "call_inplace_packed",
+        "call_builtin_with_ctx", "call_py_func", "ExternFunc", "extern", "builtin", "vm",
+    },
+}  # fmt: skip
+"""TVMScript names that call code outside the program (external, packed or LLVM functions, the
+VM's builtins, Python), refused although TVMScript defines them: a file's program may compute
+only with its own operators, as admission requires of a program from outside."""
 _CALLABLE_NAMES = {"range"}
 _PLAIN_STRING = re.compile(r"[A-Za-z0-9_.:\-/ ]*")
 _IMPORTS = {"tvm", "tvm.script"}
@@ -113,7 +131,8 @@ def _script_names(root: str) -> frozenset[str]:
     names = _public(module) | set(_NAMESPACES[root])
     for space in _NAMESPACES[root]:
         names |= {f"{space}.{member}" for member in _public(getattr(module, space))}
-    return frozenset(names)
+    leaving = _LEAVING_THE_PROGRAM.get(root, set())
+    return frozenset(name for name in names if name.split(".")[0] not in leaving)
 
 
 def _public(namespace: object) -> set[str]:

@@ -49,6 +49,10 @@ def _payloads(marker: Path) -> list[str]:
         f".system('touch {marker}'), 'float32')):\n  T.evaluate(0)\n",
         f"@T.prim_func\ndef f(A: T.Buffer((4,), 'float32')):\n"
         f"  for i in T.grid(T.entry.inspect.os.system('touch {marker}')):\n    T.evaluate(0)\n",
+        "@T.prim_func\ndef f(A: T.Buffer((4,), 'float32')):\n"
+        f"  T.evaluate(T.call_extern('int32', 'system', 'touch {marker}'))\n",
+        "@T.prim_func\ndef f(A: T.Buffer((4,), 'float32')):\n"
+        f"  T.evaluate(T.call_intrin('int32', 'tirx.call_extern', 'system', 'touch {marker}'))\n",
     ]
 
 
@@ -549,6 +553,16 @@ def test_a_worker_refuses_tvmscript_in_a_lease_without_running_it(tmp_path: Path
     finally:
         measurer.close()
     assert not marker.exists()
+
+
+def test_a_relax_model_file_may_not_call_outside_its_program(tmp_path: Path) -> None:
+    model = (
+        "@I.ir_module\nclass M:\n  @R.function\n  def main(x: R.Tensor((4,), 'float32')):\n"
+        "    y = R.call_packed('system', x, sinfo_args=R.Tensor((4,), 'float32'))\n"
+        "    return y\n"
+    )
+    with pytest.raises(UserError, match=r"R\.call_packed \(not a TVMScript name\)"):
+        check_script(model, "m", roots=frozenset({"T", "I", "R"}), purpose="a Relax model file")
 
 
 def test_submit_checks_a_tvmscript_file_before_tvm_parses_it(cli: Cli, tmp_path: Path) -> None:

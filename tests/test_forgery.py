@@ -75,9 +75,11 @@ class Worker:
     id: int
 
     @classmethod
-    def register(cls, service: Service, target: dict = TARGET) -> Worker:
+    def register(
+        cls, service: Service, target: dict = TARGET, fingerprint: dict = FINGERPRINT
+    ) -> Worker:
         headers = service.worker_token()
-        body = {"name": "w", "target": target, "fingerprint": FINGERPRINT}
+        body = {"name": "w", "target": target, "fingerprint": fingerprint}
         response = service.http.post("/api/v1/workers", json=body, headers=headers)
         assert response.status_code == 201, response.text
         return cls(service, headers, response.json()["id"])
@@ -276,3 +278,22 @@ def test_a_best_from_one_workers_single_shot_is_unconfirmed_until_the_final_time
     progress = service.jobs.job(job)
     best = service.log.best(progress.workload.id, progress.target.id)
     assert best is not None and best.program_hash == 'program ["fast"]'  # the lie is not the best
+
+
+def test_a_best_is_confirmed_by_another_machine_where_one_serves_the_target(
+    service: Service,
+) -> None:
+    job = service.submit(TARGET, trials=2, finalists=2, rounds=3)
+    service.queue(job, ['["slow"]', '["fast"]', BASELINE_TRACE])
+    forger = Worker.register(service)
+    lease = forger.lease(3)
+    claims = {'["slow"]': 1e-6, '["fast"]': 2e-3, BASELINE_TRACE: 5e-3}
+    results = [_timed(c["candidate_id"], claims[c["trace_json"]]) for c in lease["candidates"]]
+    assert forger.report(lease["id"], results).json()["stored"] == 3
+    other_machine = {**FINGERPRINT, "cpu_model": "another test cpu"}
+    honest = Worker.register(service, fingerprint=other_machine)
+    assert Finals(service.log).plan(job) is FinalState.QUEUED
+
+    # the machine that measured the best may not confirm it while another machine serves
+    assert forger.post("/leases", {"n": 4}).status_code == 204
+    assert honest.lease(4)["final"] is not None

@@ -192,14 +192,15 @@ class LeaseQueue:
         it; None if nothing waits."""
         now = utcnow()
         with self._sessions.begin() as session:
-            target_id = session.scalar(
+            worker = session.execute(
                 update(Worker)
                 .where(Worker.id == worker_id)
                 .values(heartbeat_at=now)
-                .returning(Worker.target_id)
-            )
-            if target_id is None:
+                .returning(Worker.target_id, Worker.device_id)
+            ).one_or_none()
+            if worker is None:
                 raise NotFound(f"no worker with id {worker_id}; register first")
+            target_id, device_id = worker
             if now >= self._next_expiry:
                 self._expire(session, now)
             lease = LeaseRow(
@@ -210,7 +211,16 @@ class LeaseQueue:
             )
             session.add(lease)
             session.flush()
-            final = Finals.claim(session, target_id, lease.id)
+            others_alive = session.scalar(
+                select(Worker.id)
+                .where(
+                    Worker.target_id == target_id,
+                    Worker.device_id != device_id,
+                    Worker.heartbeat_at >= now - self._worker_timeout,
+                )
+                .limit(1)
+            )
+            final = Finals.claim(session, target_id, lease.id, device_id, others_alive is not None)
             if final is not None:
                 return Lease(lease.id, worker_id, lease.expires_at, [], final)
             turns = queue_turns(target_id)  # owners take turns, and each owner's jobs

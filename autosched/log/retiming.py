@@ -57,6 +57,10 @@ STRIKES_TO_FAIL = 2
 TOO_FEW = "fewer than two candidates to compare"
 
 
+_CLAIM_WINDOW = 16
+"""The queued finals a worker's request looks through for one it may time."""
+
+
 class Finals:
     """The finals of the service's jobs, in ``log``'s database.
 
@@ -111,11 +115,15 @@ class Finals:
         return FinalProgress(final.state.value, final.finalists, final.rounds, final.reason)
 
     @staticmethod
-    def claim(session: Session, target_id: int, lease_id: int) -> LeasedFinal | None:
-        """Hand the oldest queued final of a running job on ``target_id`` to lease ``lease_id``;
-        None if none waits."""
-        waiting = (
-            select(Final.id)
+    def claim(
+        session: Session, target_id: int, lease_id: int, device_id: int, others_alive: bool
+    ) -> LeasedFinal | None:
+        """Hand the oldest queued final of a running job on ``target_id`` to lease ``lease_id``
+        of a worker on device ``device_id``; None if none waits. Where another device of the
+        target is alive (``others_alive``), a final whose fastest entrant this device measured
+        is left to another, so that a best is confirmed by a second machine."""
+        waiting = session.execute(
+            select(Final.id, Final.entrants)
             .join(TuningJob, TuningJob.id == Final.job_id)
             .where(
                 Final.state == FinalState.QUEUED,
@@ -123,18 +131,25 @@ class Finals:
                 TuningJob.status == JobStatus.RUNNING.value,
             )
             .order_by(Final.id)
-            .limit(1)
+            .limit(_CLAIM_WINDOW)
             .with_for_update(of=Final, skip_locked=True)
-        )
-        final_id = session.scalar(
-            update(Final)
-            .where(Final.id.in_(waiting.scalar_subquery()))
-            .values(state=FinalState.LEASED, lease_id=lease_id)
-            .returning(Final.id)
-            .execution_options(synchronize_session=False)
+        ).all()
+        final_id = next(
+            (
+                final_id
+                for final_id, entrants in waiting
+                if not (others_alive and _measured_on(session, entrants, device_id))
+            ),
+            None,
         )
         if final_id is None:
             return None
+        session.execute(
+            update(Final)
+            .where(Final.id == final_id)
+            .values(state=FinalState.LEASED, lease_id=lease_id)
+            .execution_options(synchronize_session=False)
+        )
         final, job, workload, target = session.execute(
             select(Final, TuningJob, WorkloadRow, Target)
             .join(TuningJob, TuningJob.id == Final.job_id)
@@ -246,6 +261,18 @@ class Finals:
                 final.state = FinalState.QUEUED
             else:
                 _end(final, FinalState.FAILED, f"its timing lost {final.strikes} workers")
+
+
+def _measured_on(session: Session, entrants: list[int] | None, device_id: int) -> bool:
+    """Whether the fastest entrant of a final (its first) was measured on ``device_id``."""
+    if not entrants:
+        return False
+    measured = select(Measurement.id).where(
+        Measurement.candidate_id == entrants[0],
+        Measurement.device_id == device_id,
+        Measurement.imported_at.is_(None),
+    )
+    return session.scalar(measured.limit(1)) is not None
 
 
 def _entrant_records(session: Session, candidate_ids: Sequence[int]) -> list[RecordView]:

@@ -179,6 +179,7 @@ class TuningJob(Base):
         CheckConstraint("batch_size >= 1", name="batch_size"),
         Index(None, "workload_id", "target_id"),
         Index(None, "owner", "status"),
+        Index(None, "status", "target_id"),
     )
 
     id: Mapped[IntPk]
@@ -219,6 +220,7 @@ class Candidate(Base):
         UniqueConstraint("workload_id", "target_id", "program_hash"),
         CheckConstraint("state IN ('queued', 'leased', 'measured', 'poisoned')", name="state"),
         Index(None, "state", "target_id", "queue_position"),
+        Index(None, "job_id", "state", "queue_position"),
     )
 
     id: Mapped[IntPk]

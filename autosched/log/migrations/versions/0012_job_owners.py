@@ -1,5 +1,7 @@
 """Who each tuning job and model job belongs to: the principal of the client token that submitted
 it (``autosched.log.tokens``). Jobs stored before have no owner: only an admin token sees them.
+Indexes for owners' turns in the queue: running jobs by target, and each job's waiting candidates
+in queue order.
 
 Revision ID: 0012
 Revises: 0011
@@ -21,6 +23,12 @@ def upgrade() -> None:
     with op.batch_alter_table("tuning_jobs") as batch:
         batch.add_column(sa.Column("owner", sa.String(64), nullable=True))
         batch.create_index(op.f("ix_tuning_jobs_owner_status"), ["owner", "status"])
+        batch.create_index(op.f("ix_tuning_jobs_status_target_id"), ["status", "target_id"])
+    op.create_index(
+        op.f("ix_candidates_job_id_state_queue_position"),
+        "candidates",
+        ["job_id", "state", "queue_position"],
+    )
     with op.batch_alter_table("model_jobs") as batch:
         batch.add_column(sa.Column("owner", sa.String(64), nullable=True))
         batch.create_index(op.f("ix_model_jobs_owner_status"), ["owner", "status"])
@@ -30,6 +38,8 @@ def downgrade() -> None:
     with op.batch_alter_table("model_jobs") as batch:
         batch.drop_index(op.f("ix_model_jobs_owner_status"))
         batch.drop_column("owner")
+    op.drop_index(op.f("ix_candidates_job_id_state_queue_position"), "candidates")
     with op.batch_alter_table("tuning_jobs") as batch:
+        batch.drop_index(op.f("ix_tuning_jobs_status_target_id"))
         batch.drop_index(op.f("ix_tuning_jobs_owner_status"))
         batch.drop_column("owner")

@@ -223,7 +223,7 @@ class LeaseQueue:
             final = Finals.claim(session, target_id, lease.id, device_id, others_alive is not None)
             if final is not None:
                 return Lease(lease.id, worker_id, lease.expires_at, [], final)
-            turns = queue_turns(target_id)  # owners take turns, and each owner's jobs
+            turns = queue_turns(session, target_id, n)  # owners take turns, and their jobs
             waiting = (
                 select(Candidate.id)
                 .join(turns, turns.c.id == Candidate.id)

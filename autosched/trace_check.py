@@ -109,10 +109,11 @@ def _check_instruction(instruction: Any) -> None:
 
 
 def _plain_value(value: Any) -> bool:
-    """A number, a random variable's name, a short quoted string, or a list of numbers."""
-    if isinstance(value, bool) or value is None:
+    """A number or truth value, a random variable's name, a short quoted string, or a list of
+    numbers."""
+    if value is None:
         return False
-    if isinstance(value, (int, float)):
+    if isinstance(value, (bool, int, float)):
         return True
     if isinstance(value, str):
         return len(value) <= _MAX_STRING

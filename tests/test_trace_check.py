@@ -42,6 +42,8 @@ def test_every_recorded_trace_and_design_space_is_admitted() -> None:
     workload = get_workload("matmul", {"M": 64, "N": 64, "K": 64})
     space = design_space(workload, host_target(), seed=0)
     traces += [trace_to_json(schedule.trace) for schedule in space.schedules]
+    weights_packed = [["Annotate", ["b0", True], ["meta_schedule.layout_rewrite_preproc"], []]]
+    traces.append(json.dumps([weights_packed, []]))  # a model's kernel packing its weights
     for trace in traces:
         check_trace(trace)
 

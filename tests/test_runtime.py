@@ -46,6 +46,12 @@ def _fresh_env() -> dict[str, str]:
     }
 
 
+def _every_cpu() -> None:
+    """A user's process may run on every CPU; this test's process may not, once TVM's pool has
+    pinned its main thread to one, and a child inherits that."""
+    os.sched_setaffinity(0, range(os.cpu_count() or 1))
+
+
 def _python(script: str, *args: str, cwd: Path | None = None) -> str:
     result = subprocess.run(
         [sys.executable, "-c", script, *args],
@@ -54,6 +60,7 @@ def _python(script: str, *args: str, cwd: Path | None = None) -> str:
         env=_fresh_env(),
         cwd=cwd,
         timeout=300,
+        preexec_fn=_every_cpu,
     )
     assert result.returncode == 0, result.stderr
     return result.stdout

@@ -137,10 +137,12 @@ Submitter = Annotated[str, Depends(_submitter)]
 
 
 def _job_scope(caller: Annotated[Credential | None, Depends(_job_reader)]) -> str | None:
-    """Whose jobs the caller sees: its principal's, or with an admin token every job (None)."""
-    if caller is None:
-        return LOCAL_PRINCIPAL
-    return None if caller.role is Role.ADMIN else caller.principal
+    """Whose jobs the caller sees: its principal's, or with an admin token every job (None);
+    without auth (loopback only), every job, as whoever may read the log's file: those it ran
+    itself and those `autosched tune` wrote into it."""
+    if caller is None or caller.role is Role.ADMIN:
+        return None
+    return caller.principal
 
 
 JobScope = Annotated[str | None, Depends(_job_scope)]

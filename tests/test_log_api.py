@@ -52,7 +52,9 @@ def test_only_admins_export_and_import_the_log(
     lines = [json.loads(line) for line in gzip.decompress(exported.content).splitlines()]
     assert lines[-1] == {
         "type": "end",
-        "counts": {"workload": 1, "target": 1, "device": 1, "measurement": 3, "best": 1},
+        "counts": {
+            "workload": 1, "target": 1, "device": 1, "measurement": 3, "best": 1, "final": 0
+        },
     }
     merged = http.post(IMPORT, headers=headers[Role.ADMIN], content=exported.content)
     assert merged.status_code == 200, merged.text

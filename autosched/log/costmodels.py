@@ -166,7 +166,10 @@ class CostModelStore:
         return found
 
     def cache_features(self, features: Iterable[tuple[int, np.ndarray]], extractor: str) -> None:
-        """Store features by candidate id (each flattened), in one transaction."""
+        """Store features by candidate id (each flattened), in one transaction; a log opened
+        read-only keeps none."""
+        if self._log.read_only:
+            return
         values = [
             {
                 "candidate_id": candidate_id,

@@ -104,6 +104,8 @@ class TuningLog:
 
     def __init__(self, url: str | None = None, *, migrate: bool = True) -> None:
         self._url = default_db_url() if url is None else url
+        self.read_only = not migrate
+        """Opened by a command that reads only: nothing is written, caches included."""
         self._engine = create_log_engine(self._url, read_only=not migrate)
         try:
             check_schema(self._engine, migrate=migrate)

@@ -3,8 +3,9 @@ winner made the best record of its workload and target; the re-timed medians a j
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
@@ -95,22 +96,7 @@ class FinalistStore:
         missing = sorted(set(hashes) - set(ids))
         if missing:
             raise ValueError(f"finalists that are not candidates: {', '.join(missing)}")
-        session.add_all(
-            FinalistTiming(
-                job_id=job_id,
-                candidate_id=ids[finalist.program_hash],
-                device_id=device_id,
-                samples=list(finalist.samples),
-                first_median_secs=finalist.first_median_secs,
-                median_secs=finalist.median_secs,
-                ci_low_secs=finalist.interval.low,
-                ci_high_secs=finalist.interval.high,
-                confidence=finalist.interval.confidence,
-                rank=rank,
-                tie=finalist.tie,
-            )
-            for rank, finalist in enumerate(finalists, start=1)
-        )
+        session.add_all(timing_rows(job_id, device_id, finalists, ids))
         checked_ids = [ids[h] for h in checked if h in ids]
         if checked_ids:
             session.execute(
@@ -148,3 +134,32 @@ class FinalistStore:
                 )
                 for row, program_hash, trace_json in session.execute(query)
             ]
+
+
+def timing_rows(
+    job_id: int,
+    device_id: int | None,
+    finalists: Sequence[Finalist],
+    ids: Mapping[str, int],
+    created_at: datetime | None = None,
+) -> list[FinalistTiming]:
+    """The rows of a job's ranked ``finalists`` (winner first), each naming its candidate by
+    ``ids`` (program hash: candidate id); ``created_at`` as stored elsewhere (default: now)."""
+    stamped = {} if created_at is None else {"created_at": created_at}
+    return [
+        FinalistTiming(
+            job_id=job_id,
+            candidate_id=ids[finalist.program_hash],
+            device_id=device_id,
+            samples=list(finalist.samples),
+            first_median_secs=finalist.first_median_secs,
+            median_secs=finalist.median_secs,
+            ci_low_secs=finalist.interval.low,
+            ci_high_secs=finalist.interval.high,
+            confidence=finalist.interval.confidence,
+            rank=rank,
+            tie=finalist.tie,
+            **stamped,
+        )
+        for rank, finalist in enumerate(finalists, start=1)
+    ]

@@ -54,6 +54,7 @@ from sqlalchemy.orm import Session
 from autosched.errors import Conflict, UserError
 from autosched.finalists import MAX_FINALISTS, MAX_ROUNDS, Entrant, rank_finalists
 from autosched.log.db import one_line
+from autosched.log.finalists import timing_rows
 from autosched.log.models import (
     BestRecord,
     Candidate,
@@ -991,23 +992,7 @@ def _store_final(
     )
     session.add(job)
     session.flush()
-    session.add_all(
-        FinalistTiming(
-            job_id=job.id,
-            candidate_id=ids[finalist.program_hash],
-            device_id=device_id,
-            samples=list(finalist.samples),
-            first_median_secs=finalist.first_median_secs,
-            median_secs=finalist.median_secs,
-            ci_low_secs=finalist.interval.low,
-            ci_high_secs=finalist.interval.high,
-            confidence=finalist.interval.confidence,
-            rank=rank,
-            tie=finalist.tie,
-            created_at=final.created_at,
-        )
-        for rank, finalist in enumerate(ranked, start=1)
-    )
+    session.add_all(timing_rows(job.id, device_id, ranked, ids, final.created_at))
     return True
 
 

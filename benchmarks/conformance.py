@@ -8,10 +8,10 @@ pass or the reason, the largest difference from the framework's outputs and the 
 outputs (a check of near-constant outputs proves little), and its latency beside PyTorch eager's
 and ONNX Runtime's on the same cores.
 
-Every model is built with a fixed seed and initialised by one rule, whatever its name: batch norms
-take the statistics of a random batch (fresh ones are the identity, which leaves the deep
-classifiers' outputs near constant). Each model and format runs in a process of its own, so one
-that crashes TVM fails its row only.
+Every model is built with a fixed seed and initialised by one rule, whatever its name: weights
+initialised to zeros are drawn at random, and batch norms take the statistics of a random batch
+(fresh ones are the identity, which leaves the deep classifiers' outputs near constant). Each
+model and format runs in a process of its own, so one that crashes TVM fails its row only.
 
     pip install -e ".[test,corpus]"
     python benchmarks/conformance.py [--trials 1] [--only bert gpt2 ...] [--formats pt2 onnx]
@@ -187,9 +187,14 @@ class Row:
 
 
 def initialised(module: torch.nn.Module, inputs: Sequence[torch.Tensor]) -> torch.nn.Module:
-    """``module`` in eval mode, each batch norm holding the statistics of a random batch of four
-    like ``inputs`` (a fresh one is the identity, which leaves a deep classifier's outputs near
-    constant)."""
+    """``module`` in eval mode, each weight of two or more dimensions that its project initialises
+    to zeros drawn from N(0, 0.02) instead (ViT's classification head: its logits would all be
+    zero), and each batch norm holding the statistics of a random batch of four like ``inputs``
+    (a fresh one is the identity, which leaves a deep classifier's outputs near constant)."""
+    with torch.no_grad():
+        for weight in module.parameters():
+            if weight.dim() > 1 and not weight.any():
+                weight.normal_(0.0, 0.02)
     norms = [m for m in module.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
     if norms:
         for norm in norms:

@@ -243,17 +243,23 @@ def test_a_final_timed_faster_than_any_machine_of_the_target_is_refused(
     assert service.job(job)["final"]["state"] == "leased" and service.job(job)["finalists"] == []
 
 
-def test_a_best_from_one_workers_single_shot_is_unconfirmed_until_the_final_times_it(
-    service: Service,
-) -> None:
+def _a_lie_measured(service: Service) -> tuple[int, Worker]:
+    """A job whose only worker so far, the forger, claims its slow program runs in a microsecond,
+    checked: possible, but a lie. Returns the job and the forger."""
     job = service.submit(TARGET, trials=2, finalists=2, rounds=3)
     service.queue(job, ['["slow"]', '["fast"]', BASELINE_TRACE])
     forger = Worker.register(service)
     lease = forger.lease(3)
-    # the forger claims its slow program runs in a microsecond, checked; possible, but a lie
     claims = {'["slow"]': 1e-6, '["fast"]': 2e-3, BASELINE_TRACE: 5e-3}
     results = [_timed(c["candidate_id"], claims[c["trace_json"]]) for c in lease["candidates"]]
     assert forger.report(lease["id"], results).json()["stored"] == 3
+    return job, forger
+
+
+def test_a_best_from_one_workers_single_shot_is_unconfirmed_until_the_final_times_it(
+    service: Service,
+) -> None:
+    job, _forger = _a_lie_measured(service)
     single = service.job(job)
     assert single["best_latency_secs"] == pytest.approx(1e-6)
     assert single["best_confirmed"] is False
@@ -283,13 +289,7 @@ def test_a_best_from_one_workers_single_shot_is_unconfirmed_until_the_final_time
 def test_a_best_is_confirmed_by_another_machine_where_one_serves_the_target(
     service: Service,
 ) -> None:
-    job = service.submit(TARGET, trials=2, finalists=2, rounds=3)
-    service.queue(job, ['["slow"]', '["fast"]', BASELINE_TRACE])
-    forger = Worker.register(service)
-    lease = forger.lease(3)
-    claims = {'["slow"]': 1e-6, '["fast"]': 2e-3, BASELINE_TRACE: 5e-3}
-    results = [_timed(c["candidate_id"], claims[c["trace_json"]]) for c in lease["candidates"]]
-    assert forger.report(lease["id"], results).json()["stored"] == 3
+    job, forger = _a_lie_measured(service)
     other_machine = {**FINGERPRINT, "cpu_model": "another test cpu"}
     honest = Worker.register(service, fingerprint=other_machine)
     assert Finals(service.log).plan(job) is FinalState.QUEUED

@@ -28,7 +28,7 @@ from autosched.model.compile import (
     check_outputs,
     compile_model,
 )
-from autosched.model.load import InputSpec, Model, ModelFormat, load_model
+from autosched.model.load import InputSpec, Model, ModelFormat, import_onnx, load_model
 from autosched.model.onnx_bounds import TensorBounds
 from autosched.model.tasks import ModelTask, extract_tasks
 from autosched.records import RecordView
@@ -315,12 +315,7 @@ def _refuse_external_data(source: ModelSource) -> None:
     Raises:
         UserError: the file is not an ONNX model, or it refers to external data.
     """
-    try:
-        import onnx
-    except ImportError:
-        raise UserError(
-            "ONNX models need the onnx package: pip install 'autosched[models]'"
-        ) from None
+    onnx = import_onnx()
     try:
         proto = onnx.load_model_from_string(source.data)
     except Exception as error:  # protobuf's decode errors

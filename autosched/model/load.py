@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 from enum import Enum
 from functools import partial
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -145,14 +146,20 @@ def _for_inference(mod: tvm.IRModule, path: Path) -> tvm.IRModule:
         raise UserError(f"{path}: TVM cannot prepare the model: {_first_line(error)}") from None
 
 
-def _load_onnx(path: Path, given: dict[str, InputSpec], bounds: TensorBounds | None) -> Model:
+def import_onnx() -> ModuleType:
+    """The ``onnx`` package, else a one-line UserError saying how to install it."""
     try:
         import onnx
-        from onnx import helper
     except ImportError:
         raise UserError(
             "ONNX models need the onnx package: pip install 'autosched[models]'"
         ) from None
+    return onnx
+
+
+def _load_onnx(path: Path, given: dict[str, InputSpec], bounds: TensorBounds | None) -> Model:
+    onnx = import_onnx()
+    from onnx import helper
     from tvm.relax.frontend.onnx import from_onnx
 
     try:

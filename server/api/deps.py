@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import Depends, HTTPException, Path, Query, Request, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
@@ -21,7 +21,7 @@ from autosched.log.jobs import JobStore, no_job
 from autosched.log.leases import LeaseQueue
 from autosched.log.model_jobs import ModelJobStore, no_model_job
 from autosched.log.tokens import LOCAL_PRINCIPAL, Credential, Role, TokenStore
-from autosched.protocol import MAX_ID
+from autosched.protocol import MAX_ID, Problem
 from autosched.server.settings import Settings
 
 
@@ -179,3 +179,14 @@ def _own_worker(worker_id: PathId, request: Request, caller: WorkerCaller) -> in
 
 OwnWorkerId = Annotated[int, Depends(_own_worker)]
 """A worker id from the path, acted on by the token that registered it (else 403)."""
+
+
+def over_limit(what: str) -> dict[int | str, dict[str, Any]]:
+    """The OpenAPI response of a submission over a per-client limit on ``what`` it queues."""
+    return {
+        status.HTTP_429_TOO_MANY_REQUESTS: {
+            "model": Problem,
+            "description": f"The client has as many {what} queued or running as the server "
+            "allows; retry after Retry-After seconds.",
+        }
+    }

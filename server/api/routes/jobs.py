@@ -18,7 +18,6 @@ from autosched.protocol import (
     JobMeasurementsPublic,
     JobPublic,
     JobsPublic,
-    Problem,
 )
 from autosched.records import JobStatus
 from autosched.server.api.deps import (
@@ -30,18 +29,13 @@ from autosched.server.api.deps import (
     OwnJobId,
     SettingsDep,
     Submitter,
+    over_limit,
 )
 from autosched.server.api.resolve import best_schedule, build_workload, job_target
 
 router = APIRouter(prefix="/jobs", tags=["jobs"], dependencies=[JobReaderAuth])
 
-OVER_LIMIT = {
-    status.HTTP_429_TOO_MANY_REQUESTS: {
-        "model": Problem,
-        "description": "The client has as many jobs queued or running as the server allows; "
-        "retry after Retry-After seconds.",
-    }
-}
+OVER_LIMIT = over_limit("jobs")
 
 
 @router.post("", status_code=status.HTTP_201_CREATED, responses=OVER_LIMIT)

@@ -16,7 +16,6 @@ from autosched.protocol import (
     ModelJobCreate,
     ModelJobPublic,
     ModelJobsPublic,
-    Problem,
 )
 from autosched.server.api.deps import (
     JobReaderAuth,
@@ -27,6 +26,7 @@ from autosched.server.api.deps import (
     OwnModelId,
     SettingsDep,
     Submitter,
+    over_limit,
 )
 from autosched.server.api.resolve import job_target
 from autosched.server.models import admit_upload, model_library, model_limits, submit_model
@@ -37,13 +37,7 @@ FORM_BYTES = 64 << 10
 """Room in a model upload's body for its form fields and multipart framing, beyond the file."""
 
 _LIBRARY = "application/octet-stream"
-OVER_LIMIT = {
-    status.HTTP_429_TOO_MANY_REQUESTS: {
-        "model": Problem,
-        "description": "The client has as many model jobs queued or running as the server "
-        "allows; retry after Retry-After seconds.",
-    }
-}
+OVER_LIMIT = over_limit("model jobs")
 
 
 @router.post("", status_code=status.HTTP_201_CREATED, responses=OVER_LIMIT)

@@ -129,6 +129,9 @@ def test_an_admin_sees_and_cancels_every_job_and_submits_none(service: Service) 
     for who in ("alice", "bob"):
         assert service.call(who, "GET", f"/jobs/{legacy}").status_code == 404
         assert legacy not in [job["id"] for job in service.call(who, "GET", "/jobs").json()["data"]]
+    # and what the dashboard shows beside a job: the workers, the queue, the cost models
+    for path in ("/workers", "/queue", "/cost-models"):
+        assert service.call("admin", "GET", path).status_code == 200, path
     cancelled = service.call("admin", "POST", f"/jobs/{bobs}/cancel").json()
     assert cancelled["status"] == "cancelled"
     refused = service.submit("admin")

@@ -118,10 +118,10 @@ def _unauthorized(message: str) -> HTTPException:
 
 _worker_token = _require(Role.WORKER)
 _client_token = _require(Role.CLIENT)
-_job_reader = _require(Role.CLIENT, Role.ADMIN)
+_reader = _require(Role.CLIENT, Role.ADMIN)
 ClientAuth = Depends(_client_token)
-JobReaderAuth = Depends(_job_reader)
-"""Clients, for their own jobs, and admins, for every job."""
+ReaderAuth = Depends(_reader)
+"""Clients, for their own jobs and the service's state, and admins, for every job as well."""
 AdminAuth = Depends(_require(Role.ADMIN))
 WorkerAuth = Depends(_worker_token)
 WorkerCaller = Annotated[Credential | None, Depends(_worker_token)]
@@ -136,7 +136,7 @@ Submitter = Annotated[str, Depends(_submitter)]
 """The principal of a client token (else 403), whose new job this is."""
 
 
-def _job_scope(caller: Annotated[Credential | None, Depends(_job_reader)]) -> str | None:
+def _job_scope(caller: Annotated[Credential | None, Depends(_reader)]) -> str | None:
     """Whose jobs the caller sees: its principal's, or with an admin token every job (None);
     without auth (loopback only), every job, as whoever may read the log's file: those it ran
     itself and those `autosched tune` wrote into it."""

@@ -21,19 +21,19 @@ from autosched.protocol import (
 )
 from autosched.records import JobStatus
 from autosched.server.api.deps import (
-    JobReaderAuth,
     JobScope,
     JobsDep,
     LeasesDep,
     LogDep,
     OwnJobId,
+    ReaderAuth,
     SettingsDep,
     Submitter,
     over_limit,
 )
 from autosched.server.api.resolve import best_schedule, build_workload, job_target
 
-router = APIRouter(prefix="/jobs", tags=["jobs"], dependencies=[JobReaderAuth])
+router = APIRouter(prefix="/jobs", tags=["jobs"], dependencies=[ReaderAuth])
 
 OVER_LIMIT = over_limit("jobs")
 

@@ -18,12 +18,12 @@ from autosched.protocol import (
     ModelJobsPublic,
 )
 from autosched.server.api.deps import (
-    JobReaderAuth,
     JobScope,
     LeasesDep,
     LogDep,
     ModelsDep,
     OwnModelId,
+    ReaderAuth,
     SettingsDep,
     Submitter,
     over_limit,
@@ -31,7 +31,7 @@ from autosched.server.api.deps import (
 from autosched.server.api.resolve import job_target
 from autosched.server.models import admit_upload, model_library, model_limits, submit_model
 
-router = APIRouter(prefix="/models", tags=["models"], dependencies=[JobReaderAuth])
+router = APIRouter(prefix="/models", tags=["models"], dependencies=[ReaderAuth])
 
 FORM_BYTES = 64 << 10
 """Room in a model upload's body for its form fields and multipart framing, beyond the file."""

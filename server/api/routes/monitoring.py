@@ -1,6 +1,6 @@
 """What clients watch the service with: its workers, its queue per target, and the versions of the
-shared cost models with their scores. Read-only, for client tokens (the worker protocol's routes
-under /workers are for worker tokens)."""
+shared cost models with their scores. Read-only, for client and admin tokens (the worker
+protocol's routes under /workers are for worker tokens)."""
 
 from __future__ import annotations
 
@@ -20,9 +20,9 @@ from autosched.protocol import (
     WorkersStatusPublic,
     WorkerStatusPublic,
 )
-from autosched.server.api.deps import ClientAuth, LeasesDep, LogDep
+from autosched.server.api.deps import LeasesDep, LogDep, ReaderAuth
 
-router = APIRouter(tags=["monitoring"], dependencies=[ClientAuth])
+router = APIRouter(tags=["monitoring"], dependencies=[ReaderAuth])
 
 
 @router.get("/workers")

@@ -179,6 +179,23 @@ class ServiceClient:
         path = f"{API}/models/{model_id}/library"
         return self._send("GET", path, params=params, timeout=UPLOAD_TIMEOUT_SECS).content
 
+    def model_manifest(self, model_id: int, target: str | None = None) -> dict[str, Any]:
+        """The manifest of `model_library`'s library, which ``autosched.runtime`` loads it by.
+
+        Raises:
+            UserError: the server answered something other than a JSON object.
+        """
+        params = {} if target is None else {"target": target}
+        path = f"{API}/models/{model_id}/manifest"
+        response = self._send("GET", path, params=params, timeout=UPLOAD_TIMEOUT_SECS)
+        try:
+            document = response.json()
+        except ValueError:
+            document = None
+        if not isinstance(document, dict):
+            raise UserError(f"the server at {self._base} sent no manifest for model job {model_id}")
+        return document
+
     # The worker protocol (worker tokens); the signatures are LeaseQueue's.
 
     def register_worker(self, *, name: str, target: dict, fingerprint: dict) -> int:

@@ -252,6 +252,19 @@ def _export_commands(job: JobPublic, server: str) -> str | None:
     return f"{shlex.join([*export, '-o', library])} && autosched run {library} --time"
 
 
+def _model_export_commands(model: ModelJobPublic, server: str) -> str | None:
+    """The commands that fetch a finished model job's library and run it beside ONNX Runtime
+    (on the local copy of the model file, named as uploaded); None for a model job that did
+    not finish with its outputs checked."""
+    check = model.output_check
+    if model.status.value != "finished" or check is None or check.reason is not None:
+        return None
+    source, library = f"{model.name}.onnx", f"{model.name}.so"
+    export = ["autosched", "export", source, "--server", server, "--model-job", str(model.id)]
+    export += ["--format", "library", "-o", library]
+    return f"{shlex.join(export)} && autosched run {library} --time --compare onnxruntime"
+
+
 def _workload_document(name: str, params: list[str] | None, file: Path | None) -> dict[str, Any]:
     if file is None:
         from autosched.workloads import parse_param_overrides
@@ -333,9 +346,13 @@ def status(
             _out.print(_render(shown))
             if job is None and model is None and (models := client.models(limit=limit)).data:
                 _out.print(_render(models))
-    from autosched.protocol import JobPublic
+    from autosched.protocol import JobPublic, ModelJobPublic
 
-    commands = _export_commands(shown, server) if isinstance(shown, JobPublic) else None
+    commands = None
+    if isinstance(shown, JobPublic):
+        commands = _export_commands(shown, server)
+    elif isinstance(shown, ModelJobPublic):
+        commands = _model_export_commands(shown, server)
     if commands is not None:
         _out.print(f"next: {commands}", highlight=False, markup=False, soft_wrap=True)
 

@@ -20,6 +20,7 @@ a model, and runs it for the output check, in child processes under limits
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import math
 import re
@@ -34,6 +35,7 @@ import numpy as np
 from autosched.background import BackgroundLoop
 from autosched.cpu import cpu_flags
 from autosched.errors import Conflict, NotFound, ServiceUnavailable, TooLarge, UserError
+from autosched.export import artefact_header
 from autosched.log import TuningLog
 from autosched.log.jobs import JobStore
 from autosched.log.model_jobs import ModelJobStore, ModelJobTaskEntry, RoundResult
@@ -180,6 +182,37 @@ def model_library(
     built = build_model(source, target, limits, records, check=False, library=True)
     assert built.library is not None
     return f"{progress.name}.so", built.library
+
+
+def model_manifest(
+    log: TuningLog, model_id: int, target_text: str | None, *, limits: ModelLimits
+) -> dict[str, object]:
+    """The manifest of the model job's library (`model_library`, same target): what
+    ``autosched.runtime`` runs it by (its threads as tuned, its inputs and outputs), the target,
+    the output check and the uploaded file's name and SHA-256, by which a client names the local
+    copy of it that its framework runs beside the library. The model is imported in a child.
+
+    Raises:
+        NotFound, Conflict, UserError, TooLarge: as `model_library`.
+    """
+    progress = ModelJobStore(log).progress(model_id)
+    if progress.status is JobStatus.FAILED:
+        raise Conflict(f"model job {model_id} failed ({progress.reason}); it has no library")
+    target = _library_target(log, progress, target_text)
+    source = _stored_source(log, progress)
+    imported = import_model(source, target, limits)
+    header = artefact_header("model", Path(f"{progress.name}.so"), target, cold=False)
+    return {
+        **header,
+        "model": progress.name,
+        "format": imported.format_name,
+        "target": canonical_target(target),
+        "inputs": [spec.as_json() for spec in imported.inputs],
+        "outputs": list(imported.outputs),
+        "check": progress.output_check,
+        "source": {"name": source.name, "sha256": hashlib.sha256(source.data).hexdigest()},
+        "model_job": progress.id,
+    }
 
 
 def model_limits(settings: Settings) -> ModelLimits:

@@ -117,6 +117,7 @@ ROUTES: list[tuple[str, str, Role, dict | None]] = [
     ("GET", "/api/v1/models/{model_id}", Role.CLIENT, None),
     ("POST", "/api/v1/models/{model_id}/cancel", Role.CLIENT, None),
     ("GET", "/api/v1/models/{model_id}/library", Role.CLIENT, None),
+    ("GET", "/api/v1/models/{model_id}/manifest", Role.CLIENT, None),
     (
         "POST",
         "/api/v1/workers",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import resource
+import shlex
 import signal
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -242,15 +243,39 @@ def test_a_model_is_tuned_by_the_workers_through_a_server_restart(
         shown = cli("status", "--model", str(model_id), *remote)
         assert shown.code == 0 and "finished" in shown.out and "outputs match" in shown.out
         assert "top 1 and its untuned program, 3 rounds" in shown.out
+        # it ends with the commands that fetch the library and run it beside ONNX Runtime
+        (fetch, run) = shown.out.split("next: ", 1)[1].strip().split(" && ")
+        assert fetch == (
+            f"autosched export mlp.onnx --server {service.url} --model-job {model_id} "
+            "--format library -o mlp.so"
+        )
+        assert run == "autosched run mlp.so --time --compare onnxruntime"
+        fetched = cli(*shlex.split(fetch)[1:], "--token", service.client_token, cwd=tmp_path)
+        assert fetched.code == 0, fetched.err
+        ran = cli(*shlex.split(run)[1:], "--rounds", "2", "--json", cwd=tmp_path)
+        assert ran.code == 0, ran.err
 
         library = service.http.get(f"/models/{model_id}/library", timeout=300)
         assert library.status_code == 200, library.text
+        other = write_mlp_onnx(tmp_path / "other.onnx", batch="batch", seed=7)
+        refused = cli(
+            "export", str(other), "--model-job", str(model_id), "--format", "library",
+            "-o", str(tmp_path / "other.so"), *remote,
+        )  # fmt: skip
+        assert refused.code == 2 and "not the file model job" in refused.err, refused.err
+        assert not (tmp_path / "other.so").exists()
     finally:
         service.stop()
+    # the fetched artefact runs as tuned (its manifest's threads) and as ONNX Runtime does
+    report = json.loads(ran.out)
+    assert report["tuned_threads"] == 2 and report["outputs"] == [
+        {"name": "y", "shape": [16, 10], "dtype": "float32"}
+    ]
+    assert report["peer"]["max_abs_difference"] < 1e-4
     x = np.random.default_rng(1).uniform(-1, 1, (16, 64)).astype(np.float32)
     session = onnxruntime.InferenceSession(str(mlp), providers=["CPUExecutionProvider"])
     (expected,) = session.run(None, {"x": x})
-    got = _run_library(library.content, tmp_path / "mlp.so", x)
+    got = _run_library(library.content, tmp_path / "mlp-downloaded.so", x)
     np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
 
 

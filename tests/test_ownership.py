@@ -150,6 +150,7 @@ def test_another_clients_model_job_is_as_missing(db_url: str, tmp_path: Path) ->
         for method, path in [
             ("GET", f"/models/{model}"),
             ("GET", f"/models/{model}/library"),
+            ("GET", f"/models/{model}/manifest"),
             ("POST", f"/models/{model}/cancel"),
         ]:
             answer = service.call("bob", method, path)

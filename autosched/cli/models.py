@@ -218,6 +218,63 @@ def export_model_file(
         _out.print(f"wrote {escape(str(written_path))}")
 
 
+def export_model_job(
+    server: str,
+    token: str | None,
+    model_id: int,
+    source: Path | None,
+    output: Path,
+    target: str | None,
+) -> None:
+    """Fetch a server's model job compiled with its tasks' best schedules: the library as
+    ``output`` and its manifest beside it, naming ``source`` (the local copy of the file the
+    model job tuned, checked by its SHA-256) for `autosched run --compare` to run beside it.
+
+    Raises:
+        UserError: ``output`` does not end in ``.so`` or cannot be written, ``source`` is not the
+            model job's file, or the server refuses (no such model job, a failed one).
+    """
+    import hashlib
+
+    from autosched import runtime
+    from autosched.client import ServiceClient
+
+    if output.suffix != ".so":
+        raise UserError(
+            f"a model job exports as a library: give an output ending in .so, not {output}"
+        )
+    with ServiceClient(server, token) as client:
+        manifest = client.model_manifest(model_id, target)
+        library = client.model_library(model_id, target)
+    if source is not None:
+        try:
+            digest = hashlib.sha256(source.read_bytes()).hexdigest()
+        except OSError as error:
+            raise UserError(f"cannot read {source}: {error.strerror or error}") from None
+        stored = manifest.get("source")
+        if not isinstance(stored, dict) or stored.get("sha256") != digest:
+            raise UserError(
+                f"{source} is not the file model job {model_id} tuned (another SHA-256)"
+            )
+        manifest["source"] = {**stored, "path": str(source.resolve())}
+    manifest["library"] = output.name
+    sidecar = output.with_suffix(".json")
+    try:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_bytes(library)
+        sidecar.write_text(json.dumps(manifest, indent=2) + "\n")
+    except OSError as error:
+        raise UserError(f"cannot write {output}: {error.strerror or error}") from None
+    try:
+        runtime.read_manifest(output)  # what the server sent is a manifest the loader reads
+    except UserError:
+        output.unlink(missing_ok=True)
+        sidecar.unlink(missing_ok=True)
+        raise
+    for written in (output, sidecar):
+        _out.print(f"wrote {escape(str(written))}")
+
+
 def show_models(db: str | None, as_json: bool) -> None:
     """List the tuned models with their tasks: weight, best latency, default schedules."""
     from autosched.log.tuned_models import TunedModelStore

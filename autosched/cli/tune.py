@@ -22,6 +22,7 @@ from autosched.cli.models import (
     InputOpt,
     WorkloadOrModelArg,
     export_model_file,
+    export_model_job,
     tune_model_file,
 )
 from autosched.cli.options import (
@@ -50,6 +51,9 @@ if TYPE_CHECKING:
 _out = Console()
 _err = Console(stderr=True)
 
+DEFAULT_WORKLOAD = "matmul"
+"""The workload of `tune` and `export` where none is named."""
+
 TargetOpt = Annotated[
     str | None,
     typer.Option("--target", help='"llvm" (this CPU, the default), "cuda", or target JSON.'),
@@ -68,7 +72,7 @@ def _resolve_workload(name: str, params: list[str] | None, file: Path | None) ->
 
 
 def tune(
-    workload: WorkloadOrModelArg = "matmul",
+    workload: WorkloadOrModelArg = DEFAULT_WORKLOAD,
     param: ParamOpt = None,
     file: FileOpt = None,
     target: TargetOpt = None,
@@ -302,7 +306,7 @@ def workloads(as_json: JsonOpt = False) -> None:
 
 
 def export_schedule(
-    workload: WorkloadOrModelArg = "matmul",
+    workload: WorkloadOrModelArg = DEFAULT_WORKLOAD,
     format_name: Annotated[
         str, typer.Option("--format", help="tvmscript | metaschedule-db | library")
     ] = "tvmscript",
@@ -318,6 +322,15 @@ def export_schedule(
         typer.Option("--server", help="Export from this autosched server instead of a database."),
     ] = None,
     token: TokenOpt = None,
+    model_job: Annotated[
+        int | None,
+        typer.Option(
+            "--model-job",
+            min=1,
+            help="With --server: a model job's library and manifest (the model file, where "
+            "given, is checked to be the one it tuned, for `autosched run --compare`).",
+        ),
+    ] = None,
     fallback: Annotated[
         bool,
         typer.Option(
@@ -336,13 +349,26 @@ def export_schedule(
 ) -> None:
     """Export the best schedule of a workload: TVMScript, a MetaSchedule database or a library.
 
-    With --server, from a tuning server; --target then names a kind, target JSON or target key.
+    With --server, from a tuning server; --target then names a kind, target JSON or target key;
+    with --model-job, a model job's library.
     A model file exports compiled with its tasks' best schedules: a library (a Relax VM
     executable and its JSON sidecar) or a MetaSchedule database.
     """
     from autosched.export import ExportFormat, export
     from autosched.target import parse_target
 
+    if model_job is not None:
+        if server is None:
+            raise UserError("--model-job names a model job of a server; give --server")
+        if param or file is not None or db is not None or fallback or retime or model_input:
+            raise UserError("a model job exports from its server with --target only")
+        if format_name != "library":
+            raise UserError("a model job exports as --format library")
+        if workload != DEFAULT_WORKLOAD and not is_model_file(workload):
+            raise UserError(f"{workload} is not a model file; give the one the model job tuned")
+        source = Path(workload) if is_model_file(workload) else None
+        export_model_job(server, token, model_job, source, output, target)
+        return
     if is_model_file(workload):
         if param or file is not None or server is not None or fallback or retime:
             raise UserError("a model file exports from the local log with --input only")

@@ -16,6 +16,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from autosched.errors import ServiceUnavailable, TooLarge, UserError
 from autosched.measure.child import ChildDied, ChildProcess, ChildTimeout, RequestFailed
@@ -27,6 +28,7 @@ from autosched.model.compile import (
     TaskSchedule,
     check_outputs,
     compile_model,
+    output_specs,
 )
 from autosched.model.load import InputSpec, Model, ModelFormat, import_onnx, load_model
 from autosched.model.onnx_bounds import TensorBounds
@@ -94,12 +96,13 @@ class ExtractedTask:
 @dataclass(frozen=True)
 class ImportedModel:
     """What a child learnt of a model it imported: its name, key and format (a `Model`'s), its
-    inputs, its reference's name and its tasks, heaviest first."""
+    inputs, its outputs (`output_specs`), its reference's name and its tasks, heaviest first."""
 
     name: str
     key: str
     format_name: str
     inputs: tuple[InputSpec, ...]
+    outputs: tuple[dict[str, Any], ...]
     reference_name: str
     tasks: tuple[ExtractedTask, ...]
 
@@ -154,6 +157,7 @@ class ImportModel:
                     key=model.key,
                     format_name=model.format.value,
                     inputs=model.inputs,
+                    outputs=tuple(output_specs(model)),
                     reference_name=model.reference_name,
                     tasks=tuple(
                         ExtractedTask(

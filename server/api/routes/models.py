@@ -4,7 +4,7 @@ sees and cancels only its own model jobs; an admin token every one."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, File, Form, Query, UploadFile, status
 from fastapi.responses import Response
@@ -29,7 +29,23 @@ from autosched.server.api.deps import (
     over_limit,
 )
 from autosched.server.api.resolve import job_target
-from autosched.server.models import admit_upload, model_library, model_limits, submit_model
+from autosched.server.models import (
+    admit_upload,
+    model_library,
+    model_limits,
+    model_manifest,
+    submit_model,
+)
+
+LibraryTarget = Annotated[
+    str | None,
+    Query(
+        min_length=1,
+        max_length=4096,
+        description="The model job's kind, a target key or target JSON (default: the model "
+        "job's target).",
+    ),
+]
 
 router = APIRouter(prefix="/models", tags=["models"], dependencies=[ReaderAuth])
 
@@ -114,18 +130,7 @@ def cancel_model_job(model_id: OwnModelId, models: ModelsDep) -> ModelJobPublic:
     },
 )
 def get_model_library(
-    model_id: OwnModelId,
-    log: LogDep,
-    settings: SettingsDep,
-    target: Annotated[
-        str | None,
-        Query(
-            min_length=1,
-            max_length=4096,
-            description="The model job's kind, a target key or target JSON (default: the "
-            "model job's target).",
-        ),
-    ] = None,
+    model_id: OwnModelId, log: LogDep, settings: SettingsDep, target: LibraryTarget = None
 ) -> Response:
     """The model compiled with the log's best schedule of each task on the target (a task
     without one keeps TVM's default schedule)."""
@@ -135,3 +140,14 @@ def get_model_library(
         media_type=_LIBRARY,
         headers={"Content-Disposition": f'attachment; filename="{name}"'},
     )
+
+
+@router.get("/{model_id}/manifest")
+def get_model_manifest(
+    model_id: OwnModelId, log: LogDep, settings: SettingsDep, target: LibraryTarget = None
+) -> dict[str, Any]:
+    """The manifest of the model job's library for the target, which ``autosched.runtime``
+    loads the library by: the threads it was tuned on, its inputs and outputs, the output check
+    and the SHA-256 of the uploaded file. `autosched export --model-job` writes it beside the
+    library."""
+    return model_manifest(log, model_id, target, limits=model_limits(settings))

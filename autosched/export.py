@@ -29,7 +29,7 @@ from autosched.fallback import Fallback, FallbackLevel, nearest, replay_problem
 from autosched.finalists import ROUNDS, Interval
 from autosched.intrinsics import use_tensor_intrinsics
 from autosched.log import TuningLog
-from autosched.log.models import FinalistTiming
+from autosched.log.tables import FinalistTiming
 from autosched.measure.config import MeasureConfig
 from autosched.measure.local import Measurer
 from autosched.records import RecordView, TunedRecord

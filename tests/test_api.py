@@ -22,8 +22,8 @@ from autosched.client import ServiceClient
 from autosched.errors import ServiceUnavailable, UserError
 from autosched.log import TuningLog
 from autosched.log.jobs import JobStore
-from autosched.log.models import FinalState
 from autosched.log.retiming import Finals
+from autosched.log.tables import FinalState
 from autosched.log.tokens import Role, TokenStore
 from autosched.records import BASELINE_TRACE, MeasureResult, ReportedResult, RetimedEntrant
 from autosched.server.api.app import create_app

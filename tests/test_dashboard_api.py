@@ -21,7 +21,7 @@ from sqlalchemy import update
 
 from autosched.log.costmodels import CostModelStore
 from autosched.log.jobs import JobStore
-from autosched.log.models import Worker
+from autosched.log.tables import Worker
 from autosched.log.tokens import Role
 from autosched.records import BASELINE_TRACE
 from autosched.server.api.app import create_app

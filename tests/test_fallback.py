@@ -21,8 +21,8 @@ from autosched.export import best_schedule
 from autosched.fallback import FallbackLevel, intrinsic_features, isa_fits, vector_bits
 from autosched.log import TuningLog
 from autosched.log.jobs import JobStore
-from autosched.log.models import Candidate
 from autosched.log.subjects import ensure_subject
+from autosched.log.tables import Candidate
 from autosched.measure import LocalMeasurer
 from autosched.measure.simulated import SimulatedMeasurer
 from autosched.records import CandidateResult, MeasureResult

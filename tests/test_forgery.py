@@ -20,8 +20,8 @@ from fastapi.testclient import TestClient
 from autosched.ceiling import ceiling_gflops
 from autosched.log import TuningLog
 from autosched.log.jobs import JobStore
-from autosched.log.models import FinalState
 from autosched.log.retiming import Finals
+from autosched.log.tables import FinalState
 from autosched.log.tokens import Role
 from autosched.records import BASELINE_TRACE
 from autosched.server.api.app import create_app

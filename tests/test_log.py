@@ -29,7 +29,7 @@ from autosched.errors import Conflict, UserError
 from autosched.log import TuningLog, default_db_url
 from autosched.log.db import VERSION_TABLE, run_migrations, upgrade_schema
 from autosched.log.jobs import JobStore
-from autosched.log.models import Base
+from autosched.log.tables import Base
 from autosched.records import CandidateResult, ErrorKind, JobStatus, MeasureResult
 
 TABLES = {

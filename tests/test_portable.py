@@ -22,7 +22,10 @@ from autosched.finalists import Entrant, rank_finalists
 from autosched.log import TuningLog
 from autosched.log.finalists import FinalistStore
 from autosched.log.jobs import JobStore
-from autosched.log.models import (
+from autosched.log.portable import Limits, Selection, Tally, export_log, import_log
+from autosched.log.provenance import autosched_version
+from autosched.log.subjects import ensure_subject
+from autosched.log.tables import (
     Candidate,
     Device,
     FinalistTiming,
@@ -31,9 +34,6 @@ from autosched.log.models import (
     TuningJob,
     Workload,
 )
-from autosched.log.portable import Limits, Selection, Tally, export_log, import_log
-from autosched.log.provenance import autosched_version
-from autosched.log.subjects import ensure_subject
 from autosched.records import CandidateResult, ErrorKind, MeasureResult
 from autosched.workloads import get_workload
 

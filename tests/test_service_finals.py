@@ -17,8 +17,8 @@ from autosched.log import TuningLog
 from autosched.log.finalists import FinalistStore
 from autosched.log.jobs import JobStore
 from autosched.log.leases import LeaseQueue
-from autosched.log.models import FinalState
 from autosched.log.retiming import TOO_FEW, Finals
+from autosched.log.tables import FinalState
 from autosched.measure import MeasureConfig
 from autosched.measure.child import ChildDied
 from autosched.records import (

@@ -17,7 +17,8 @@ from sqlalchemy import func, select, update
 from sqlalchemy.exc import IntegrityError
 
 from autosched.errors import NotFound, UserError
-from autosched.log.models import (
+from autosched.log.store import TuningLog
+from autosched.log.tables import (
     Candidate,
     CandidateFeatures,
     CostModel,
@@ -26,7 +27,6 @@ from autosched.log.models import (
     TuningJob,
     Workload,
 )
-from autosched.log.store import TuningLog
 from autosched.records import WorkloadInfo
 from autosched.target import target_family
 

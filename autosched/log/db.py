@@ -146,7 +146,7 @@ def check_schema(engine: Engine, *, migrate: bool) -> None:
     Raises:
         UserError: foreign tables; without ``migrate``, no tuning log or one of another schema.
     """
-    from autosched.log.models import Base
+    from autosched.log.tables import Base
 
     with _MIGRATION_LOCK:
         with engine.connect() as connection:
@@ -230,14 +230,14 @@ def _upgrade(engine: Engine, *, create_fresh: bool) -> None:
 
 def _holds_no_log(connection: Connection) -> bool:
     """Whether the database holds none of a tuning log's tables, of any schema version."""
-    from autosched.log.models import Base
+    from autosched.log.tables import Base
 
     return not {*Base.metadata.tables, VERSION_TABLE} & set(inspect(connection).get_table_names())
 
 
 def _create_head_schema(connection: Connection) -> None:
     """Create the head schema's tables and record the head revision, as Alembic would."""
-    from autosched.log.models import Base
+    from autosched.log.tables import Base
 
     Base.metadata.create_all(connection)
     _record_revision(connection, _head_revision())

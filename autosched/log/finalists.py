@@ -11,8 +11,8 @@ from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from autosched.finalists import Finalist, Interval
-from autosched.log.models import Candidate, FinalistTiming, Measurement
 from autosched.log.store import TuningLog
+from autosched.log.tables import Candidate, FinalistTiming, Measurement
 from autosched.records import BASELINE_TRACE
 
 

@@ -29,7 +29,10 @@ from sqlalchemy.orm import Session
 from autosched.errors import NotFound, OverLimit
 from autosched.finalists import ROUNDS
 from autosched.log.finalists import final_medians
-from autosched.log.models import (
+from autosched.log.retiming import Finals
+from autosched.log.store import TuningLog, record_view
+from autosched.log.subjects import ensure_subject
+from autosched.log.tables import (
     BestRecord,
     Candidate,
     CandidateState,
@@ -39,9 +42,6 @@ from autosched.log.models import (
     TuningJob,
     utcnow,
 )
-from autosched.log.retiming import Finals
-from autosched.log.store import TuningLog, record_view
-from autosched.log.subjects import ensure_subject
 from autosched.records import (
     BASELINE_TRACE,
     SPACE_EXHAUSTED,

@@ -30,7 +30,10 @@ from sqlalchemy.orm import Session
 from autosched.ceiling import impossible
 from autosched.errors import NotFound, UserError
 from autosched.log.jobs import queue_turns
-from autosched.log.models import (
+from autosched.log.retiming import Finals
+from autosched.log.store import NewMeasurement, TuningLog
+from autosched.log.subjects import ensure_target
+from autosched.log.tables import (
     BestRecord,
     Candidate,
     CandidateState,
@@ -44,11 +47,8 @@ from autosched.log.models import (
     Worker,
     utcnow,
 )
-from autosched.log.models import Lease as LeaseRow
-from autosched.log.models import Workload as WorkloadRow
-from autosched.log.retiming import Finals
-from autosched.log.store import NewMeasurement, TuningLog
-from autosched.log.subjects import ensure_target
+from autosched.log.tables import Lease as LeaseRow
+from autosched.log.tables import Workload as WorkloadRow
 from autosched.records import (
     ErrorKind,
     JobStatus,

@@ -27,7 +27,9 @@ from sqlalchemy.orm import Session
 from autosched.errors import NotFound
 from autosched.log.finalists import final_medians
 from autosched.log.jobs import OPEN_STATUSES, JobStore, ensure_room, queued_job
-from autosched.log.models import (
+from autosched.log.retiming import Finals
+from autosched.log.store import TuningLog
+from autosched.log.tables import (
     BestRecord,
     Candidate,
     Measurement,
@@ -38,8 +40,6 @@ from autosched.log.models import (
     Workload,
     utcnow,
 )
-from autosched.log.retiming import Finals
-from autosched.log.store import TuningLog
 from autosched.records import (
     BASELINE_TRACE,
     JobStatus,

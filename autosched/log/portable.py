@@ -55,7 +55,8 @@ from autosched.errors import Conflict, UserError
 from autosched.finalists import MAX_FINALISTS, MAX_ROUNDS, Entrant, rank_finalists
 from autosched.log.db import one_line
 from autosched.log.finalists import timing_rows
-from autosched.log.models import (
+from autosched.log.store import TuningLog, best_row
+from autosched.log.tables import (
     BestRecord,
     Candidate,
     CandidateState,
@@ -67,7 +68,6 @@ from autosched.log.models import (
     Workload,
     utcnow,
 )
-from autosched.log.store import TuningLog, best_row
 from autosched.records import ErrorKind, JobStatus
 from autosched.trace_check import check_trace
 

@@ -32,7 +32,8 @@ from sqlalchemy.orm import Session
 from autosched.errors import UserError
 from autosched.finalists import Entrant, contenders, rank_finalists
 from autosched.log.finalists import FinalistStore
-from autosched.log.models import (
+from autosched.log.store import TuningLog, record_view
+from autosched.log.tables import (
     Candidate,
     Final,
     FinalState,
@@ -41,8 +42,7 @@ from autosched.log.models import (
     TuningJob,
     utcnow,
 )
-from autosched.log.models import Workload as WorkloadRow
-from autosched.log.store import TuningLog, record_view
+from autosched.log.tables import Workload as WorkloadRow
 from autosched.records import (
     FinalEntrant,
     FinalProgress,

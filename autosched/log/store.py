@@ -32,7 +32,8 @@ from autosched.log.db import (
     display,
     one_line,
 )
-from autosched.log.models import (
+from autosched.log.provenance import measurement_provenance
+from autosched.log.tables import (
     BestRecord,
     Candidate,
     CandidateState,
@@ -45,7 +46,6 @@ from autosched.log.models import (
     Workload,
     utcnow,
 )
-from autosched.log.provenance import measurement_provenance
 from autosched.records import (
     CandidateResult,
     ErrorKind,

@@ -14,8 +14,8 @@ from enum import Enum
 from sqlalchemy import select
 
 from autosched.errors import UserError
-from autosched.log.models import ApiToken, utcnow
 from autosched.log.store import TuningLog
+from autosched.log.tables import ApiToken, utcnow
 
 MIN_TOKEN_CHARS = 32  # ``create`` makes 43 characters (256 random bits)
 

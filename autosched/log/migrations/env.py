@@ -6,7 +6,7 @@ holds the revision as ``config.attributes["version_table"]``; there is no offlin
 
 from alembic import context
 
-from autosched.log.models import Base
+from autosched.log.tables import Base
 
 connection = context.config.attributes["connection"]
 version_table = context.config.attributes["version_table"]

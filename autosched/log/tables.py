@@ -1,4 +1,5 @@
-"""SQLAlchemy models of the tuning log: tables, keys, constraints and indexes.
+"""The tables of the tuning log, as SQLAlchemy declarative classes: columns, keys, constraints and
+indexes.
 
 The Alembic migrations in ``migrations/`` create the schema; the stores beside this module
 (``store``, ``jobs``, ``leases``, ``costmodels``, ``tokens``) query it.

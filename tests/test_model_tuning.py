@@ -131,7 +131,7 @@ def test_the_exported_database_is_applied_by_tvms_own_passes(tuned: TunedModels,
     assert result.code == 0, result.err
     database = JSONDatabase(work_dir=str(work_dir))
     assert len(database) == len(tuned.mlp_report["tasks"])
-    # the README's recipe, with TVM's passes only
+    # the recipe of docs/models.md (Exports), with TVM's passes only
     mod = from_onnx(onnx.load(str(tuned.mlp)), shape_dict={"x": [16, 64]})
     mod = tvm.transform.Sequential(
         [

@@ -309,11 +309,16 @@ def _type(schema: dict[str, Any]) -> str:
         return f"object of {_type(extra)}" if isinstance(extra, dict) else "object"
     if "const" in schema:
         return f"`{json.dumps(schema['const'])}`"
-    low, high = schema.get("minimum"), schema.get("maximum")
+    low, high = (_number(schema.get(bound)) for bound in ("minimum", "maximum"))
     bounds = f" ({low} to {high})" if low is not None and high is not None else ""
     if low is not None and high is None:
         bounds = f" (≥ {low})"
     return f"{kind}{bounds}" if kind else "any"
+
+
+def _number(value: float | None) -> float | None:
+    """A bound as written: 1, not 1.0."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
 
 
 def _schema(name: str, schema: dict[str, Any]) -> str:

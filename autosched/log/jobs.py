@@ -29,8 +29,9 @@ from sqlalchemy.orm import Session
 from autosched.errors import NotFound, OverLimit
 from autosched.finalists import ROUNDS
 from autosched.log.finalists import final_medians
+from autosched.log.queries import record_view
 from autosched.log.retiming import Finals
-from autosched.log.store import TuningLog, record_view
+from autosched.log.store import TuningLog
 from autosched.log.subjects import ensure_subject
 from autosched.log.tables import (
     BestRecord,

@@ -55,7 +55,8 @@ from autosched.errors import Conflict, UserError
 from autosched.finalists import MAX_FINALISTS, MAX_ROUNDS, Entrant, rank_finalists
 from autosched.log.db import one_line
 from autosched.log.finalists import timing_rows
-from autosched.log.store import TuningLog, best_row
+from autosched.log.queries import best_row
+from autosched.log.store import TuningLog
 from autosched.log.tables import (
     BestRecord,
     Candidate,

@@ -32,7 +32,8 @@ from sqlalchemy.orm import Session
 from autosched.errors import UserError
 from autosched.finalists import Entrant, contenders, rank_finalists
 from autosched.log.finalists import FinalistStore
-from autosched.log.store import TuningLog, record_view
+from autosched.log.queries import record_view
+from autosched.log.store import TuningLog
 from autosched.log.tables import (
     Candidate,
     Final,

@@ -1,8 +1,9 @@
 """The tuning log: workloads, targets, devices and measured candidates in SQLite or PostgreSQL.
 
-``TuningLog`` opens the database (``db``) and stores what tuning measured; the service's job and
-lease stores (``jobs``, ``leases``), the shared cost models (``costmodels``) and the API tokens
-(``tokens``) share its database and sessions. Every measurement, measured here or reported by a
+``TuningLog`` opens the database (``db``) and stores what tuning measured; it answers the
+queries of ``queries`` (`LogReads`). The service's job and lease stores (``jobs``, ``leases``),
+the shared cost models (``costmodels``) and the API tokens (``tokens``) share its database and
+sessions. Every measurement, measured here or reported by a
 worker, is stored by ``TuningLog.store_measurements``.
 """
 
@@ -11,14 +12,13 @@ from __future__ import annotations
 import hashlib
 import json
 import uuid
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, TypeVar
 
 from alembic.util.exc import CommandError
-from sqlalchemy import Select, and_, case, func, select, update
+from sqlalchemy import select, update
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -33,27 +33,22 @@ from autosched.log.db import (
     one_line,
 )
 from autosched.log.provenance import measurement_provenance
+from autosched.log.queries import LogReads, target_info, workload_info
 from autosched.log.tables import (
     BestRecord,
     Candidate,
     CandidateState,
     Device,
-    FinalistTiming,
     Measurement,
     Target,
     TuningJob,
-    Worker,
     Workload,
     utcnow,
 )
 from autosched.records import (
     CandidateResult,
-    ErrorKind,
     MeasureResult,
-    RecordView,
-    SummaryRow,
     TargetInfo,
-    TunedRecord,
     WorkloadInfo,
 )
 
@@ -70,7 +65,7 @@ class NewMeasurement:
     device_id: int | None
 
 
-class TuningLog:
+class TuningLog(LogReads):
     """The record of every tuning job and measured candidate, in SQLite or PostgreSQL.
 
     Contract:
@@ -203,7 +198,7 @@ class TuningLog:
                 raise Conflict(
                     f"workload {key} is stored as another program; a stored workload never changes"
                 )
-            return _workload_info(row)
+            return workload_info(row)
 
     def ensure_target(self, *, key: str, kind: str, target_json: dict[str, Any]) -> TargetInfo:
         """Return the target stored under ``key``, inserting it first if there is none.
@@ -219,7 +214,7 @@ class TuningLog:
         values = {"key": key, "kind": kind, "target_json": target_json}
         with self._sessions.begin() as session:
             row = self._get_or_insert(session, Target, values)
-            return _target_info(row)
+            return target_info(row)
 
     def ensure_device(self, fingerprint: dict[str, Any]) -> int:
         """Return the id of the device with this fingerprint, inserting it first if there is none.
@@ -236,18 +231,6 @@ class TuningLog:
         key = hashlib.sha256(canonical.encode()).hexdigest()
         with self._sessions.begin() as session:
             return self._get_or_insert(session, Device, {"key": key, "fingerprint": fingerprint}).id
-
-    def find_workload(self, key: str) -> WorkloadInfo | None:
-        """Return the workload stored under ``key``, or ``None``."""
-        with self._sessions.begin() as session:
-            row = session.scalar(select(Workload).where(Workload.key == key))
-            return None if row is None else _workload_info(row)
-
-    def find_target(self, key: str) -> TargetInfo | None:
-        """Return the target stored under ``key``, or ``None``."""
-        with self._sessions.begin() as session:
-            row = session.scalar(select(Target).where(Target.key == key))
-            return None if row is None else _target_info(row)
 
     def record_batch(self, job_id: int, results: Sequence[CandidateResult]) -> int:
         """Store a batch of candidates a job measured, and update the best record.
@@ -396,193 +379,6 @@ class TuningLog:
             for item in measurements
         }
 
-    def best(self, workload_id: int, target_id: int) -> RecordView | None:
-        """Return the best record of a workload and target, or ``None`` if there is none yet.
-
-        Of several measurements of the best candidate (one of this log, others imported), the
-        one that made it the best is returned.
-        """
-        with self._sessions.begin() as session:
-            row = best_row(session, workload_id, target_id)
-            return None if row is None else record_view(*row)
-
-    def tuned_records(self, workload_id: int) -> list[TunedRecord]:
-        """The best record of a workload on every target it has one for, ordered by target key,
-        each with the fingerprint of the device that measured it."""
-        query = (
-            select(Target)
-            .join(BestRecord, BestRecord.target_id == Target.id)
-            .where(BestRecord.workload_id == workload_id)
-            .order_by(Target.key)
-        )
-        tuned: list[TunedRecord] = []
-        with self._sessions.begin() as session:
-            for target in session.scalars(query).all():
-                row = best_row(session, workload_id, target.id)
-                if row is None:
-                    continue
-                device = None if row[1].device_id is None else session.get(Device, row[1].device_id)
-                tuned.append(
-                    TunedRecord(
-                        _target_info(target),
-                        record_view(*row),
-                        None if device is None else device.fingerprint,
-                    )
-                )
-        return tuned
-
-    def machines(self, target_key: str) -> list[dict[str, Any]]:
-        """The device fingerprints of the workers ever registered for the target ``target_key``:
-        the machines that run it, for the nearest-hardware fallback."""
-        devices = (
-            select(Worker.device_id)
-            .join(Target, Target.id == Worker.target_id)
-            .where(Target.key == target_key)
-        )
-        query = select(Device.fingerprint).where(Device.id.in_(devices)).order_by(Device.id)
-        with self._sessions.begin() as session:
-            return list(session.scalars(query))
-
-    def records(
-        self,
-        workload_id: int,
-        target_id: int,
-        *,
-        ok_only: bool = False,
-        limit: int | None = None,
-        offset: int = 0,
-    ) -> list[RecordView]:
-        """Return the measured candidates of a workload and target.
-
-        Args:
-            workload_id: The workload.
-            target_id: The target.
-            ok_only: Only error-free timings, fastest first (verified or not). Otherwise every
-                measurement, in the order the candidates were stored.
-            limit: At most this many records.
-            offset: Skip this many records first.
-
-        Returns:
-            The records, in the order described above.
-        """
-        query = _record_query().where(
-            Candidate.workload_id == workload_id, Candidate.target_id == target_id
-        )
-        if ok_only:
-            query = query.where(
-                Measurement.error_kind.is_(None), Measurement.median_secs.is_not(None)
-            ).order_by(Measurement.median_secs, Candidate.id)
-        else:
-            query = query.order_by(Candidate.id)
-        with self._sessions.begin() as session:
-            rows = session.execute(query.limit(limit).offset(offset))
-            return [record_view(*row) for row in rows]
-
-    def failure_cause(self, job_id: int) -> str | None:
-        """The most frequent kind of failure among a job's measurements, in one line: the kind,
-        how many of the job's measurements failed so, and the first line of the latest such
-        error; None where none failed."""
-        rows = self._job_failures(job_id)
-        if not rows:
-            return None
-        kinds = Counter(kind for kind, _message in rows)
-        kind, count = kinds.most_common(1)[0]
-        message = next(message for each, message in reversed(rows) if each == kind) or ""
-        first_line = message.strip().splitlines()[0] if message.strip() else "no message"
-        return f"{kind} ({count} of {len(rows)} failures): {first_line[:300]}"
-
-    def _job_failures(self, job_id: int) -> list[tuple[str, str | None]]:
-        query = (
-            select(Measurement.error_kind, Measurement.error_msg)
-            .join(Candidate, Candidate.id == Measurement.candidate_id)
-            .where(Candidate.job_id == job_id, Measurement.error_kind.is_not(None))
-            .order_by(Measurement.id)
-        )
-        with self._sessions.begin() as session:
-            return [(str(kind), message) for kind, message in session.execute(query)]
-
-    def count_records(self, workload_id: int, target_id: int) -> int:
-        """How many measured candidates a workload and target have."""
-        query = (
-            select(func.count(Measurement.id))
-            .join(Candidate, Candidate.id == Measurement.candidate_id)
-            .where(Candidate.workload_id == workload_id, Candidate.target_id == target_id)
-        )
-        with self._sessions.begin() as session:
-            return session.scalar(query) or 0
-
-    def summary(self) -> list[SummaryRow]:
-        """Return one row per workload and target that has candidates, ordered by their keys.
-
-        Returns:
-            For each pair: the best latency (``None`` without a best record), the number of
-            measurements (``trials``), how many of them failed, and the workload's flops.
-        """
-        counts = (
-            select(
-                Candidate.workload_id,
-                Candidate.target_id,
-                func.count(Measurement.id).label("trials"),
-                func.count(Measurement.error_kind).label("failed"),
-            )
-            .outerjoin(Measurement, Measurement.candidate_id == Candidate.id)
-            .group_by(Candidate.workload_id, Candidate.target_id)
-            .subquery()
-        )
-        latest_final = (
-            select(func.max(FinalistTiming.id).label("id"))
-            .group_by(FinalistTiming.candidate_id)
-            .subquery()
-        )
-        retimed = (
-            select(FinalistTiming)
-            .join(latest_final, latest_final.c.id == FinalistTiming.id)
-            .subquery()
-        )
-        query = (
-            select(
-                Workload,
-                Target,
-                BestRecord.median_secs,
-                counts.c.trials,
-                counts.c.failed,
-                retimed.c.median_secs,
-                retimed.c.ci_low_secs,
-                retimed.c.ci_high_secs,
-            )
-            .join_from(counts, Workload, Workload.id == counts.c.workload_id)
-            .join(Target, Target.id == counts.c.target_id)
-            .outerjoin(
-                BestRecord,
-                and_(
-                    BestRecord.workload_id == counts.c.workload_id,
-                    BestRecord.target_id == counts.c.target_id,
-                ),
-            )
-            .outerjoin(retimed, retimed.c.candidate_id == BestRecord.candidate_id)
-            .order_by(Workload.key, Target.key)
-        )
-        with self._sessions.begin() as session:
-            return [
-                SummaryRow(
-                    workload_key=workload.key,
-                    workload_name=workload.name,
-                    workload_params=workload.params,
-                    target_key=target.key,
-                    target_json=target.target_json,
-                    best_latency_secs=best,
-                    trials=trials,
-                    failed=failed,
-                    flops=workload.flops,
-                    retimed_secs=median,
-                    retimed_low_secs=low,
-                    retimed_high_secs=high,
-                )
-                for workload, target, best, trials, failed, median, low, high in session.execute(
-                    query
-                )
-            ]
-
     def _get_or_insert(
         self, session: Session, model: type[_Keyed], values: dict[str, Any]
     ) -> _Keyed:
@@ -597,12 +393,6 @@ class TuningLog:
             )
             row = session.scalars(query).one()
         return row
-
-    def workload_by_id(self, session: Session, workload_id: int) -> WorkloadInfo:
-        """The workload with primary key ``workload_id``, read in ``session``."""
-        row = session.get(Workload, workload_id)
-        assert row is not None, f"no workload {workload_id}"
-        return _workload_info(row)
 
     def offer_best(
         self, session: Session, workload_id: int, target_id: int, median: float, candidate_id: int
@@ -643,71 +433,3 @@ class TuningLog:
                 else None,
             )
         )
-
-
-def _workload_info(row: Workload) -> WorkloadInfo:
-    return WorkloadInfo(
-        id=row.id,
-        key=row.key,
-        name=row.name,
-        params=row.params,
-        tvmscript=row.tvmscript,
-        flops=row.flops,
-        source=row.source,
-    )
-
-
-def _target_info(row: Target) -> TargetInfo:
-    return TargetInfo(id=row.id, key=row.key, kind=row.kind, target_json=row.target_json)
-
-
-def best_row(
-    session: Session, workload_id: int, target_id: int
-) -> tuple[Candidate, Measurement] | None:
-    """The best candidate of a workload and target with the measurement that made it the best."""
-    query = (
-        _record_query()
-        .join(BestRecord, BestRecord.candidate_id == Candidate.id)
-        .where(BestRecord.workload_id == workload_id, BestRecord.target_id == target_id)
-        .order_by(_made_best(), Measurement.id)
-        .limit(1)
-    )
-    row = session.execute(query).one_or_none()
-    return None if row is None else (row[0], row[1])
-
-
-def _made_best() -> Any:
-    """An ordering that puts first, of a best candidate's measurements, the one that made it the
-    best record (its median), then its other verified timings."""
-    return case(
-        (
-            and_(Measurement.verified.is_(True), Measurement.median_secs == BestRecord.median_secs),
-            0,
-        ),
-        (and_(Measurement.verified.is_(True), Measurement.median_secs.is_not(None)), 1),
-        else_=2,
-    )
-
-
-def _record_query() -> Select[tuple[Candidate, Measurement]]:
-    return select(Candidate, Measurement).join(
-        Measurement, Measurement.candidate_id == Candidate.id
-    )
-
-
-def record_view(candidate: Candidate, measurement: Measurement) -> RecordView:
-    """A candidate and its measurement as the rest of autosched reads them."""
-    return RecordView(
-        candidate_id=candidate.id,
-        trace_json=candidate.trace_json,
-        program_hash=candidate.program_hash,
-        median_secs=measurement.median_secs,
-        samples=tuple(measurement.samples),
-        error_kind=None if measurement.error_kind is None else ErrorKind(measurement.error_kind),
-        error_msg=measurement.error_msg,
-        verified=measurement.verified,
-        job_id=candidate.job_id,
-        measured_at=measurement.finished_at,
-        tvm_version=measurement.tvm_version,
-        imported=measurement.imported_at is not None,
-    )

@@ -12,7 +12,8 @@ from typing import Any
 
 from sqlalchemy import delete, select
 
-from autosched.log.store import TuningLog, best_row, record_view
+from autosched.log.queries import best_row, record_view
+from autosched.log.store import TuningLog
 from autosched.log.tables import Target, TunedModel, TunedModelTask, Workload, utcnow
 from autosched.records import BASELINE_TRACE, compiled_schedule
 

@@ -1,8 +1,8 @@
 """Models written elsewhere go through: PyTorch's nn.MultiheadAttention as ``.pt2``, booleans
 that TVM's code generator cannot compute on, a weight-packing schedule beside a kernel without
-blocks, a schedule TVM cannot build, ONNX shapes computed from constants, and small models of
-the conformance corpus (``benchmarks/conformance.py``) imported, compiled and checked against
-their frameworks."""
+blocks, a schedule TVM cannot build, ONNX shapes computed from constants, small models of the
+conformance corpus (``benchmarks/conformance.py``) imported, compiled and checked against their
+frameworks, and one of them through a real server and worker as the service's users send it."""
 
 from __future__ import annotations
 
@@ -226,3 +226,20 @@ def test_a_model_of_the_corpus_compiles_and_matches_its_framework(
     expected = model.reference(random_model_inputs(model.inputs))
     # the outputs spread: a check of near-constant outputs would prove little
     assert float(np.std(np.concatenate([np.ravel(out) for out in expected]))) > 0.1
+
+
+def test_a_model_of_the_corpus_through_the_service_matches_onnx_runtime(tmp_path: Path) -> None:
+    """PyTorch's Transformer encoder as one ONNX file, submitted with `autosched submit` to a
+    real `autosched serve` and `autosched worker` over loopback HTTP, as `conformance.py
+    --service` takes every ONNX model of the corpus: its model job finishes, the server's output
+    check passes, and the library downloaded from the server matches ONNX Runtime."""
+    corpus = _corpus()
+    (entry,) = [entry for entry in corpus.CORPUS if entry.name == "transformer_encoder"]
+    with corpus.TuningService(tmp_path / "service") as service:
+        row = corpus.run_on_service(entry, 1, tmp_path, service.url, service.client_token)
+        troubles = service.troubles()
+    assert row.reason is None, row
+    assert row.check == "outputs match ONNX Runtime" and row.check_max_abs_error < 1e-4
+    assert row.library_bytes > 0 and row.library_max_abs_error < 1e-4
+    assert row.tasks > 0 and row.job_secs > 0
+    assert troubles == []

@@ -14,7 +14,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from autosched.costmodel.base import CostModel
-from autosched.costmodel.shared import starting_model
 from autosched.errors import Cancelled
 from autosched.finalists import (
     FINALISTS,
@@ -31,14 +30,14 @@ from autosched.log.finalists import FinalistStore
 from autosched.log.jobs import JobStore
 from autosched.log.subjects import ensure_subject
 from autosched.measure import CorrectnessGate, Measurer, Retimer
-from autosched.neighbours import NeighbourSeeds, starting_records
+from autosched.neighbours import NeighbourSeeds
 from autosched.records import BASELINE_TRACE, CandidateResult, JobStatus, RecordView
 from autosched.replay import check_not_source
 from autosched.search.base import Proposal
-from autosched.search.registry import DEFAULT_STRATEGY, SearchJob
-from autosched.search.session import SearchSession, start_session
-from autosched.sessions import OpenSession, OpenSessions
-from autosched.target import canonical_target, device_fingerprint, target_key
+from autosched.search.registry import DEFAULT_STRATEGY
+from autosched.search.session import SearchSession
+from autosched.sessions import OpenSessions, open_search, session_key
+from autosched.target import canonical_target, device_fingerprint
 from autosched.workload import Workload
 
 
@@ -160,8 +159,8 @@ def tune(
     ``stop`` is set the run raises Cancelled at the next safe point, before the next batch is
     recorded; the job is then marked interrupted, or failed on any other exception.
 
-    A workload the log never measured on this target starts from records of the nearest hardware
-    or the nearest tuned shapes (``autosched.neighbours.starting_records``), or from
+    A workload the log never measured on this target starts from records of the hardware nearest
+    this machine or of the nearest tuned shapes (``autosched.sessions.open_search``), or from
     ``start_from`` where given (records of another log).
 
     With ``sessions``, the search continues the session an earlier job of this run left open
@@ -176,13 +175,6 @@ def tune(
     stored_workload, stored_target = ensure_subject(log, workload, target)
     workload_id, target_id = stored_workload.id, stored_target.id
     device_id = log.ensure_device(device_fingerprint(target))
-    session_key = (workload.key, target_key(target), options.strategy)
-    kept = None if sessions is None else sessions.take(session_key)
-    started_from: ModelInfo | None = None if kept is None else kept.started_from
-    if cost_model is None and kept is None:
-        cost_model, started_from = starting_model(
-            log, target, seed=options.seed or 0, warm=options.warm
-        )
     jobs = JobStore(log)
     job_id = jobs.start_job(
         workload_id=workload_id,
@@ -191,16 +183,7 @@ def tune(
         batch_size=options.batch_size,
         strategy=options.strategy,
         seed=options.seed,
-        cost_model_id=None if started_from is None else started_from.id,
     )
-    history = log.records(workload_id, target_id)
-    seeded_from: str | None = None
-    seeds: list[RecordView] = []
-    if start_from is not None:
-        seeded_from, seeds = start_from.source, start_from.seeds
-    elif not history and kept is None:
-        machine = [device_fingerprint(target)]
-        seeded_from, seeds = starting_records(log, workload, workload_id, target, machine)
     best = log.best(workload_id, target_id)
     gate = CorrectnessGate(measurer, ref, best.median_secs if best else None, options.seed or 0)
 
@@ -226,30 +209,23 @@ def tune(
         session.learn((p.program_hash, r) for p, r in zip(proposals, results, strict=True))
 
     with _ending_on_error(jobs, job_id):
-        if kept is not None:
-            session = kept.session
-            session.catch_up(history)
-        else:
-            assert cost_model is not None  # the starting model, when no session was kept
-            session = start_session(
-                options.strategy,
-                SearchJob(
-                    workload=workload,
-                    target=target,
-                    trials=options.trials,
-                    batch_size=options.batch_size,
-                    seed=options.seed,
-                    history=history,
-                    cost_model=cost_model,
-                    study_storage=log.engine_url,
-                    seeds=seeds,
-                ),
-            )
+        job = jobs.job(job_id)
+        search = open_search(
+            log,
+            job,
+            None if sessions is None else sessions.take(session_key(job)),
+            workload=workload,
+            cost_model=cost_model,
+            warm=options.warm,
+            start_from=start_from,
+            machines=[device_fingerprint(target)],
+        )
+        session = search.session
         if session.needs_baseline:
             measure(session, [session.baseline])
         progress = jobs.job(job_id)
-        while progress.trials_done < options.trials and not session.exhausted:
-            fresh = session.propose(min(options.batch_size, options.trials - progress.trials_done))
+        while not search.over(progress.trials_done):
+            fresh = session.propose(min(options.batch_size, search.remaining(progress.trials_done)))
             if fresh:
                 measure(session, fresh)
                 progress = jobs.job(job_id)
@@ -260,9 +236,10 @@ def tune(
         finalists = _retime_finalists(
             log, measurer, workload, (workload_id, target_id), job_id, device_id, options
         )
-    jobs.end_job(job_id, JobStatus.FINISHED, session.stop_reason)
+    stop_reason = search.stop_reason(progress.trials_done)
+    jobs.end_job(job_id, JobStatus.FINISHED, stop_reason)
     if sessions is not None:
-        sessions.keep(session_key, OpenSession(session, started_from))
+        sessions.keep(session_key(job), search.open_session())
     best, baseline = side_by_side(finalists, BASELINE_TRACE) or (
         finalists[0].first_median_secs if finalists else gate.best,
         session.baseline_latency,
@@ -278,10 +255,10 @@ def tune(
         baseline_latency_secs=baseline,
         flops=workload.flops,
         wall_secs=time.perf_counter() - started,
-        cost_model=started_from,
-        stop_reason=session.stop_reason,
+        cost_model=search.started_from,
+        stop_reason=stop_reason,
         finalists=tuple(finalists),
-        seeded_from=seeded_from,
+        seeded_from=search.seeded_from,
         failure_cause=log.failure_cause(job_id),
     )
 

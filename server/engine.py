@@ -20,29 +20,18 @@ from collections.abc import Callable, Sequence
 
 from autosched.background import BackgroundLoop
 from autosched.costmodel.base import CostModel
-from autosched.costmodel.shared import starting_model
 from autosched.errors import ServiceUnavailable
 from autosched.log import TuningLog
-from autosched.log.costmodels import CostModelStore, ModelInfo
 from autosched.log.jobs import JobStore
 from autosched.log.retiming import Finals
-from autosched.neighbours import starting_records
-from autosched.records import JobProgress, JobStatus, RecordView
+from autosched.records import JobProgress, JobStatus
 from autosched.search.base import Proposal
-from autosched.search.registry import SearchJob
-from autosched.search.session import start_session
-from autosched.sessions import OpenSession, OpenSessions, SessionKey
-from autosched.workload import resolve_workload
+from autosched.sessions import OpenSession, OpenSessions, open_search, session_key
 
 logger = logging.getLogger(__name__)
 
 CostModelFactory = Callable[[JobProgress], CostModel]
 """The cost model a job's search starts from, for engines handed one instead of the log's."""
-
-
-def session_key(job: JobProgress) -> SessionKey:
-    """What the search session of ``job`` is kept open under."""
-    return (job.workload.key, job.target.key, job.strategy)
 
 
 class JobDriver:
@@ -74,94 +63,39 @@ class JobDriver:
         self._batch = job.batch_size
         # whether the job ended with nothing of it left with the workers: its session can go on
         self.finished = False
-        history = log.records(job.workload.id, job.target.id)
-        if kept is None:
-            kept = self._start(log, job, history, cost_model)
-        else:
-            kept.session.catch_up(history)
-            models = CostModelStore(log)
-            if models.job_model(job.id) is None and kept.started_from is not None:
-                models.set_job_model(job.id, kept.started_from.id)
-        self._session = kept.session
-        self._started_from = kept.started_from
+        self._search = open_search(log, job, kept, cost_model=cost_model)
+        self._session = self._search.session
         seen = jobs.measured_since(job.id, 0)
         self._last_measurement = seen[-1].measurement_id if seen else 0
         if self._session.needs_baseline:
             baseline = self._session.baseline
             jobs.enqueue(job.id, [(baseline.trace_json, baseline.program_hash, None)])
 
-    def _start(
-        self,
-        log: TuningLog,
-        job: JobProgress,
-        history: Sequence[RecordView],
-        cost_model: CostModel | None,
-    ) -> OpenSession:
-        """The job's search session, built from the log."""
-        workload = resolve_workload(job.workload.ref)
-        # A workload the log never measured on the target starts from the nearest hardware's
-        # records (its workers' machines match at the device level) or the nearest shapes'.
-        _source, seeds = (
-            (None, [])
-            if history
-            else starting_records(
-                log, workload, job.workload.id, job.target.target_json, log.machines(job.target.key)
-            )
-        )
-        started_from = None
-        if cost_model is None:
-            cost_model, started_from = self._shared_model(log, job)
-        session = start_session(
-            job.strategy,
-            SearchJob(
-                workload=workload,
-                target=job.target.target_json,
-                trials=job.trials,
-                batch_size=job.batch_size,
-                seed=job.seed,
-                history=history,
-                cost_model=cost_model,
-                study_storage=log.engine_url,
-                seeds=seeds,
-            ),
-        )
-        return OpenSession(session, started_from)
-
-    @staticmethod
-    def _shared_model(log: TuningLog, job: JobProgress) -> tuple[CostModel, ModelInfo | None]:
-        models = CostModelStore(log)
-        recorded = models.job_model(job.id)
-        cost_model, started_from = starting_model(
-            log, job.target.target_json, seed=job.seed or 0, model_id=recorded
-        )
-        if recorded is None and started_from is not None:
-            models.set_job_model(job.id, started_from.id)
-        return cost_model, started_from
-
     def open_session(self) -> OpenSession:
         """The job's session, to keep open for the next job once this one `finished`."""
-        return OpenSession(self._session, self._started_from)
+        return self._search.open_session()
 
     def advance(self) -> bool:
         """Learn from new measurements and keep the queue fed; False once the job has ended.
 
         A job's search ends once its trials are measured, or once its design space is exhausted
-        and nothing of it is left with the workers; the job ends then, or, where it has a final,
-        once that final has ended.
+        and nothing of it is left with the workers (`JobSearch.over`), its baseline measured in
+        either case; the job ends then, or, where it has a final, once that final has ended.
         """
         self._learn()
         budget = self._jobs.budget(self.job_id)
         if budget.status.final:
             return False
         settled = budget.outstanding == 0 and not budget.baseline_outstanding
-        if budget.spent or (self._session.exhausted and settled):
+        over = self._search.over(budget.measured, budget.outstanding)
+        if over and not budget.baseline_outstanding:
             if self._has_final and not self._final_ended(settled):
                 return True
-            reason = None if budget.spent else self._session.stop_reason
+            reason = self._search.stop_reason(budget.measured)
             self._jobs.end_job(self.job_id, JobStatus.FINISHED, reason)
             self.finished = budget.outstanding == 0
             return False
-        remaining = budget.trials - budget.measured - budget.outstanding
+        remaining = self._search.remaining(budget.measured, budget.outstanding)
         # Keep up to two batches queued: workers measure one while the next is ready.
         if remaining > 0 and budget.outstanding < self._batch:
             self._session.propose(min(remaining, self._batch), admit=self._enqueue)

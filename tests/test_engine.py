@@ -8,6 +8,7 @@ import pytest
 from helpers import on_sqlite, wait_for
 from recorded import DATA, load_recording
 
+from autosched import sessions as sessions_module
 from autosched.costmodel.shared import train_shared
 from autosched.log import TuningLog
 from autosched.log.jobs import JobStore
@@ -16,7 +17,6 @@ from autosched.measure import MeasureConfig
 from autosched.records import JobStatus
 from autosched.search.registry import SearchJob
 from autosched.search.session import SearchSession, start_session
-from autosched.server import engine as engine_module
 from autosched.server.engine import Engine
 from autosched.target import host_target, target_family
 from autosched.workers.daemon import WorkerDaemon
@@ -91,7 +91,7 @@ def test_the_next_job_of_a_workload_continues_the_finished_jobs_search(
         started.append(job.trials)
         return start_session(strategy, job)
 
-    monkeypatch.setattr(engine_module, "start_session", counting_start)
+    monkeypatch.setattr(sessions_module, "start_session", counting_start)
     target = host_target()
     workload = get_workload("matmul", {"M": 32, "N": 32, "K": 32})
     with TuningLog(db_url) as log:

@@ -8,7 +8,7 @@ import pytest
 from faults import FaultyMeasurer, faulty_matmul
 from helpers import on_sqlite, one_core_target
 
-from autosched import tuner
+from autosched import sessions as sessions_module
 from autosched.log import TuningLog
 from autosched.log.jobs import JobStore
 from autosched.measure import MeasureConfig
@@ -283,7 +283,7 @@ def test_a_kept_session_continues_in_the_next_job_and_catches_up_on_the_log(
         started.append(strategy)
         return start_session(strategy, job)
 
-    monkeypatch.setattr(tuner, "start_session", counting_start)
+    monkeypatch.setattr(sessions_module, "start_session", counting_start)
     workload = get_workload("matmul", SHAPE)
     target = one_core_target()
     log = TuningLog(db_url)

@@ -308,11 +308,16 @@ def workloads(as_json: JsonOpt = False) -> None:
 def export_schedule(
     workload: WorkloadOrModelArg = DEFAULT_WORKLOAD,
     format_name: Annotated[
-        str, typer.Option("--format", help="tvmscript | metaschedule-db | library")
-    ] = "tvmscript",
-    output: Annotated[Path, typer.Option("--output", "-o", help="Where to write.")] = Path(
-        "out.py"
-    ),
+        str | None,
+        typer.Option(
+            "--format",
+            help="tvmscript | metaschedule-db | library [a workload: tvmscript; a model: library]",
+        ),
+    ] = None,
+    output: Annotated[
+        Path | None,
+        typer.Option("--output", "-o", help="Where to write [out.py; a model: its name with .so]."),
+    ] = None,
     param: ParamOpt = None,
     file: FileOpt = None,
     target: TargetOpt = None,
@@ -362,23 +367,26 @@ def export_schedule(
             raise UserError("--model-job names a model job of a server; give --server")
         if param or file is not None or db is not None or fallback or retime or model_input:
             raise UserError("a model job exports from its server with --target only")
-        if format_name != "library":
-            raise UserError("a model job exports as --format library")
+        if format_name not in (None, "library"):
+            raise UserError(f"a model job exports as a library, not {format_name!r}")
         if workload != DEFAULT_WORKLOAD and not is_model_file(workload):
             raise UserError(f"{workload} is not a model file; give the one the model job tuned")
         source = Path(workload) if is_model_file(workload) else None
-        export_model_job(server, token, model_job, source, output, target)
+        named = output or Path(f"{source.stem if source else f'model-job-{model_job}'}.so")
+        export_model_job(server, token, model_job, source, named, target)
         return
     if is_model_file(workload):
         if param or file is not None or server is not None or fallback or retime:
             raise UserError("a model file exports from the local log with --input only")
-        export_model_file(Path(workload), model_input or [], format_name, output, target, db)
+        model_format = format_name or "library"
+        named = output or Path(f"{Path(workload).stem}.so")
+        export_model_file(Path(workload), model_input or [], model_format, named, target, db)
         return
     if model_input:
         raise UserError("--input sets a model file's input shapes; a workload takes -p")
 
     try:
-        fmt = ExportFormat(format_name)
+        fmt = ExportFormat(format_name or ExportFormat.TVMSCRIPT.value)
     except ValueError:
         choices = ", ".join(f.value for f in ExportFormat)
         raise UserError(f"unknown export format {format_name!r}; choose one of {choices}") from None
@@ -402,7 +410,7 @@ def export_schedule(
             highlight=False,
             soft_wrap=True,
         )
-    for path in export(best, fmt, output):
+    for path in export(best, fmt, output or Path("out.py")):
         _out.print(f"wrote {escape(str(path))}")
 
 

@@ -47,10 +47,12 @@ def test_the_library_never_imports_the_service_built_on_it() -> None:
         ("search", ("autosched.log", "sqlalchemy", "autosched.tuner")),
         ("costmodel", ("autosched.search", "autosched.tuner")),
         ("log", ("autosched.search", "autosched.measure", "autosched.tuner", "autosched.protocol")),
+        ("protocol", ("autosched.log", "sqlalchemy", "fastapi", "tvm", "autosched.tuner")),
     ],
 )
 def test_layers_import_only_what_lies_below_them(folder: str, forbidden: tuple[str, ...]) -> None:
     # costmodel may read the log (the shared models are trained from it), not the search
+    # the wire protocol loads in clients and workers: no SQL, TVM or FastAPI
     assert _importers(LIBRARY / folder, forbidden) == []
 
 

@@ -4,9 +4,9 @@ that the stores and the worker daemon pass in-process (``autosched.records``).
 
 One module a resource: ``jobs``, ``model_jobs``, ``workloads`` (records, best schedules, the
 summary), ``workers`` (the worker protocol), ``monitoring``, ``log``; ``common`` holds the limits,
-the pieces every answer shares and the one rule of conversion. Every public name is importable
-from here. Nothing here imports TVM, SQL or FastAPI, so a worker or a client loads only this, the
-records, the list of strategy names and pydantic.
+the pieces every answer shares and the one rule of conversion (``read``, ``to_record``). The
+bodies, limits and types are importable from here. Nothing here imports TVM, SQL or FastAPI, so
+a worker or a client loads only this, the records, the list of strategy names and pydantic.
 """
 
 from autosched.protocol.common import (
@@ -17,19 +17,15 @@ from autosched.protocol.common import (
     MAX_PROGRAM_JSON,
     MAX_TRIALS,
     PROBLEMS,
-    FromRecord,
     HealthPublic,
     Id,
     Latency,
     Problem,
-    RequestBody,
     Seconds,
     Strategy,
     TargetPublic,
     WorkloadPublic,
     problem_line,
-    read,
-    to_record,
 )
 from autosched.protocol.jobs import (
     CurvePoint,
@@ -101,7 +97,6 @@ __all__ = [
     "FinalReportPublic",
     "FinalReportRequest",
     "FinalistPublic",
-    "FromRecord",
     "HealthPublic",
     "Id",
     "JobCreate",
@@ -127,7 +122,6 @@ __all__ = [
     "ReleasePublic",
     "ReportOutcomePublic",
     "ReportRequest",
-    "RequestBody",
     "ResultIn",
     "RetimedIn",
     "Seconds",
@@ -146,6 +140,4 @@ __all__ = [
     "WorkloadSummaryPublic",
     "WorkloadsPublic",
     "problem_line",
-    "read",
-    "to_record",
 ]

@@ -18,10 +18,11 @@ outputs. A row per model (format "onnx (service)"): its tasks, the server's outp
 library's difference from ONNX Runtime, the seconds of the upload, the model job and the
 download, the library's bytes, and pass or the server's one-line reason.
 
-Every model is built with a fixed seed and initialised by one rule, whatever its name: weights
-initialised to zeros are drawn at random, and batch norms take the statistics of a random batch
-(fresh ones are the identity, which leaves the deep classifiers' outputs near constant). Each
-model and format runs in a process of its own, so one that crashes TVM fails its row only.
+The corpus is ``autosched.bench.corpus``: every model is built with a fixed seed and
+initialised by one rule, whatever its name: weights initialised to zeros are drawn at random, and
+batch norms take the statistics of a random batch (fresh ones are the identity, which leaves the
+deep classifiers' outputs near constant). Each model and format runs in a process of its own, so
+one that crashes TVM fails its row only.
 
     pip install -e ".[test,corpus]"
     python benchmarks/conformance.py [--trials 1] [--only bert gpt2 ...] [--formats pt2 onnx]
@@ -42,7 +43,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -52,6 +53,7 @@ import numpy as np
 import torch
 import tvm
 
+from autosched.bench.corpus import CORPUS, CorpusModel, export
 from autosched.bench.models import cpu_name, vm_inference
 from autosched.bench.timing import time_repeats, use_threads
 from autosched.client import ServiceClient
@@ -74,8 +76,6 @@ from autosched.target import host_target
 from autosched.workload import mismatch
 
 FORMATS = ("pt2", "onnx")
-IMAGE = (1, 3, 224, 224)
-TOKENS = 64
 ROW_TIMEOUT_SECS = 3600
 TIMED_REPEATS = 3  # an untuned model can take seconds a call
 UNTUNED = "no verified schedule in the log"  # autosched.model.compile.best_schedules' reason
@@ -88,107 +88,6 @@ SERVICE_JOB_SECS = 2400  # a model job's, from its upload to its end
 STATUS_POLL_SECS = 5.0
 CLI_SECS = 900  # a command of the CLI's; an upload is answered once the model's tasks are found
 ORT = "ONNX Runtime"
-
-
-@dataclass(frozen=True)
-class CorpusModel:
-    """A model of the corpus: who wrote it, and how it is built (the module in eval mode and its
-    example inputs, random, of the shapes it is exported with)."""
-
-    name: str
-    project: str
-    build: Callable[[], tuple[torch.nn.Module, tuple[torch.Tensor, ...]]]
-    input_names: tuple[str, ...]
-
-
-def _torchvision(name: str) -> CorpusModel:
-    def build() -> tuple[torch.nn.Module, tuple[torch.Tensor, ...]]:
-        import torchvision
-
-        module = torchvision.models.get_model(name, weights=None)
-        return module, (torch.rand(IMAGE) * 2 - 1,)
-
-    return CorpusModel(name, "torchvision", build, ("x",))
-
-
-def _transformers(
-    name: str, model_class: str, config_class: str, input_kind: str = "tokens", **config: object
-) -> CorpusModel:
-    def build() -> tuple[torch.nn.Module, tuple[torch.Tensor, ...]]:
-        import transformers
-
-        settings = getattr(transformers, config_class)(**config)
-        module = getattr(transformers, model_class)(settings)
-        if input_kind == "audio":
-            return _FirstOutput(module), (torch.rand(1, 16000) * 2 - 1,)
-        return _FirstOutput(module), (torch.randint(0, settings.vocab_size, (1, TOKENS)),)
-
-    inputs = ("input_values",) if input_kind == "audio" else ("input_ids",)
-    return CorpusModel(name, "transformers", build, inputs)
-
-
-def _transformer_encoder() -> CorpusModel:
-    def build() -> tuple[torch.nn.Module, tuple[torch.Tensor, ...]]:
-        layer = torch.nn.TransformerEncoderLayer(256, 4, 1024, batch_first=True)
-        module = torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
-        return module, (torch.rand(1, TOKENS, 256) * 2 - 1,)
-
-    return CorpusModel("transformer_encoder", "torch", build, ("x",))
-
-
-class _FirstOutput(torch.nn.Module):
-    """A ``transformers`` model returning its first output (hidden states or logits) alone, a
-    tensor rather than a ``ModelOutput``."""
-
-    def __init__(self, model: torch.nn.Module) -> None:
-        super().__init__()
-        self.model = model
-
-    def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
-        return self.model(*inputs)[0]
-
-
-CORPUS: tuple[CorpusModel, ...] = (
-    _transformer_encoder(),
-    _transformers("bert", "BertModel", "BertConfig", num_hidden_layers=2),
-    _transformers("gpt2", "GPT2LMHeadModel", "GPT2Config", n_layer=2, use_cache=False),
-    _transformers(
-        "t5_encoder", "T5EncoderModel", "T5Config", num_layers=2, d_model=512, num_heads=8
-    ),
-    _transformers(
-        "llama",
-        "LlamaForCausalLM",
-        "LlamaConfig",
-        hidden_size=512,
-        intermediate_size=1376,
-        num_hidden_layers=2,
-        num_attention_heads=8,
-        num_key_value_heads=4,
-        vocab_size=32000,
-        use_cache=False,
-    ),
-    _transformers(
-        "wav2vec2", "Wav2Vec2Model", "Wav2Vec2Config", input_kind="audio", num_hidden_layers=2
-    ),
-    *(
-        _torchvision(name)
-        for name in (
-            "squeezenet1_1",
-            "mnasnet0_5",
-            "shufflenet_v2_x1_0",
-            "mobilenet_v3_small",
-            "regnet_y_400mf",
-            "efficientnet_b0",
-            "googlenet",
-            "resnet50",
-            "densenet121",
-            "convnext_tiny",
-            "swin_t",
-            "vit_b_16",
-        )
-    ),
-)
-"""Small ones first: a run that is cut short has covered the most models."""
 
 
 @dataclass(frozen=True)
@@ -215,55 +114,6 @@ class Row:
     @property
     def status(self) -> str:
         return "pass" if self.reason is None else self.reason
-
-
-def initialised(module: torch.nn.Module, inputs: Sequence[torch.Tensor]) -> torch.nn.Module:
-    """``module`` in eval mode, each weight of two or more dimensions that its project initialises
-    to zeros drawn from N(0, 0.02) instead (ViT's classification head: its logits would all be
-    zero), and each batch norm holding the statistics of a random batch of four like ``inputs``
-    (a fresh one is the identity, which leaves a deep classifier's outputs near constant)."""
-    with torch.no_grad():
-        for weight in module.parameters():
-            if weight.dim() > 1 and not weight.any():
-                weight.normal_(0.0, 0.02)
-    norms = [m for m in module.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
-    if norms:
-        for norm in norms:
-            norm.reset_running_stats()
-            norm.momentum = None  # a cumulative average over the calibration batch
-        module.train()
-        batch = [
-            torch.rand((4, *x.shape[1:])) * 2 - 1 if x.is_floating_point() else x for x in inputs
-        ]
-        with torch.no_grad():
-            module(*batch)
-    return module.eval()
-
-
-def export(
-    entry: CorpusModel, fmt: str, path: Path, *, self_contained: bool = False
-) -> tuple[torch.nn.Module, tuple[torch.Tensor, ...]]:
-    """Build ``entry`` and export it as ``fmt`` to ``path``; returns the module and its inputs.
-
-    ONNX's weights go to a file of their own beside ``path`` (the exporter's default) unless
-    ``self_contained``: the service takes one file, and refuses one whose tensors are elsewhere.
-    """
-    torch.manual_seed(0)
-    module, inputs = entry.build()
-    module = initialised(module, inputs)
-    with torch.no_grad():
-        if fmt == "pt2":
-            torch.export.save(torch.export.export(module, inputs), str(path))
-        else:
-            torch.onnx.export(
-                module,
-                inputs,
-                str(path),
-                input_names=list(entry.input_names),
-                dynamo=True,
-                external_data=not self_contained,
-            )
-    return module, inputs
 
 
 def run_one(entry: CorpusModel, fmt: str, trials: int, work: Path) -> Row:

@@ -99,8 +99,7 @@ def model_row(
     work: Path, db: str, name: str, trials: int, batch: int, rounds: int
 ) -> dict[str, Any]:
     """The corpus model exported to ONNX, tuned (unless the log has it), exported and timed."""
-    sys.path.insert(0, str(Path(__file__).parent))
-    from conformance import CORPUS, export
+    from autosched.bench.corpus import CORPUS, export
 
     entry = next((entry for entry in CORPUS if entry.name == name), None)
     if entry is None:

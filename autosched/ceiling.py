@@ -1,8 +1,8 @@
 """The fastest any machine of a target could run a workload: a ceiling on its arithmetic rate, so
 that a latency a worker reports beyond it is refused (``autosched.log.leases``).
 
-Calibrations (``autosched.roofline``) stay on the machines that measured them; the server keeps no
-peak of a target, so the ceiling is physical and generous, not measured.
+Calibrations (``autosched.machine.roofline``) stay on the machines that measured them; the
+server keeps no peak of a target, so the ceiling is physical and generous, not measured.
 """
 
 from __future__ import annotations

@@ -20,8 +20,8 @@ import psutil
 import tvm
 from tvm.target import codegen
 
-from autosched.cpu import cpu_flags
 from autosched.errors import UserError
+from autosched.machine.cpu import cpu_flags
 
 _HOST_WORDS = ("", "llvm", "host")
 _VECTOR_EXTENSIONS = ("avx", "amx")

@@ -1,9 +1,9 @@
 """Benchmark: how far apart the host has placed this machine's cores, round after round, and what
 it costs a tuned program. Side by side in each round (``autosched.bench.timing``): the FMA loop
 (arithmetic on every core) and the workload's best program in the log, built as its candidates
-are timed; after each round the placement (``autosched.handoff.placement``: data each core
+are timed; after each round the placement (``autosched.machine.handoff.placement``: data each core
 writes and the next reads, against each core reading back its own). The rounds read farther
-apart than the others (``autosched.handoff.farther``) are counted far.
+apart than the others (``autosched.machine.handoff.farther``) are counted far.
 
     python benchmarks/core_placement.py conv2d_nhwc_winograd -p weights=weight \\
         --db sqlite:///log.db [--rounds 40] [--json]
@@ -20,8 +20,8 @@ from kernel_stages import logged_best
 
 from autosched.bench.models import cpu_name
 from autosched.bench.timing import time_side_by_side
-from autosched.fmaloop import built_fma_loop
-from autosched.handoff import farther, placement
+from autosched.machine.fmaloop import built_fma_loop
+from autosched.machine.handoff import farther, placement
 from autosched.target import to_tvm_target
 from autosched.workload import buffer_args, random_arrays
 

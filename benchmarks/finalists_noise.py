@@ -15,8 +15,8 @@ import json
 import tempfile
 from pathlib import Path
 
-from autosched.cpu import cpu_peak
 from autosched.log import TuningLog
+from autosched.machine.cpu import cpu_peak
 from autosched.measure import LocalMeasurer
 from autosched.target import host_target
 from autosched.tuner import TuneOptions, tune

@@ -23,7 +23,7 @@ import sys
 import threading
 import time
 
-from autosched.cpu import cpu_peak
+from autosched.machine.cpu import cpu_peak
 from autosched.measure import LocalMeasurer, MeasureConfig
 from autosched.schedule import trace_to_json
 from autosched.search.space import design_space

@@ -33,13 +33,13 @@ from pathlib import Path
 import numpy as np
 
 from autosched.background import BackgroundLoop
-from autosched.cpu import cpu_flags
 from autosched.errors import Conflict, NotFound, ServiceUnavailable, TooLarge, UserError
 from autosched.export import artefact_header
 from autosched.log import TuningLog
 from autosched.log.jobs import JobStore
 from autosched.log.model_jobs import ModelJobStore, ModelJobTaskEntry, RoundResult
 from autosched.log.subjects import ensure_target
+from autosched.machine.cpu import cpu_flags
 from autosched.model import SERVICE_REFUSALS
 from autosched.model.compile import TaskSchedule, best_schedules
 from autosched.model.isolated import (

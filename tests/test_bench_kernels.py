@@ -24,7 +24,7 @@ from autosched.bench.kernels import (
 from autosched.bench.timing import time_side_by_side
 from autosched.check import check_peer
 from autosched.errors import UserError
-from autosched.roofline import Calibration, load_calibration, save_calibration
+from autosched.machine.roofline import Calibration, load_calibration, save_calibration
 from autosched.target import host_target
 from autosched.workloads import get_workload
 from autosched.workloads.peers import Peer, peer_for

@@ -73,7 +73,7 @@ def test_a_tiny_run_reports_every_contender_of_the_mlp(tmp_path: Path) -> None:
 def test_rounds_timed_near_and_far_are_read_apart() -> None:
     from autosched.bench.models import Contender, Latency, ModelRow
     from autosched.bench.timing import Timing
-    from autosched.handoff import Placement
+    from autosched.machine.handoff import Placement
 
     near, far = Placement(20e-6, 19e-6), Placement(80e-6, 19e-6)
     ours = Latency(Contender.AUTOSCHED, Timing((0.010, 0.030, 0.012, 0.011, 0.028)))

@@ -12,11 +12,11 @@ from typing import ClassVar
 
 import pytest
 
-from autosched import cpu, roofline
-from autosched.cpu import cpu_peak
-from autosched.fmaloop import FmaRate, FmaRateRequest
-from autosched.handoff import Placement, PlacementRequest
-from autosched.roofline import Calibration, describe_calibration, load_calibration
+from autosched.machine import cpu, roofline
+from autosched.machine.cpu import cpu_peak
+from autosched.machine.fmaloop import FmaRate, FmaRateRequest
+from autosched.machine.handoff import Placement, PlacementRequest
+from autosched.machine.roofline import Calibration, describe_calibration, load_calibration
 from autosched.target import host_target, target_key
 
 FLAGS_AVX2 = "fpu sse sse2 ssse3 fma sse4_1 sse4_2 avx avx2"

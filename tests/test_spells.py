@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import tvm
 
-from autosched.handoff import Placement, farther, handoff
+from autosched.machine.handoff import Placement, farther, handoff
 from autosched.measure import LocalMeasurer, MeasureConfig
 from autosched.measure.spells import CONTROL_EVERY, RETIMES, SLOW_SPELL, SpellWatch
 from autosched.records import BASELINE_TRACE, ErrorKind, MeasureResult

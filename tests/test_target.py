@@ -10,8 +10,8 @@ import pytest
 import tvm
 from tvm.target import codegen
 
-from autosched.cpu import cpu_flags
 from autosched.errors import UserError
+from autosched.machine.cpu import cpu_flags
 from autosched.target import (
     canonical_target,
     device_fingerprint,

@@ -2,8 +2,9 @@
 ratio of tuned to peer and the share of the roofline bound reached; as rows, JSON and a chart.
 
 The tuned program and its peer are timed side by side in this process (``autosched.bench.timing``),
-the cores' placement read after each round (``autosched.handoff``): a change in the machine's speed
-or in where the host put the cores falls on both alike, so their ratio holds within the run.
+the cores' placement read after each round (``autosched.machine.handoff``): a change in the
+machine's speed or in where the host put the cores falls on both alike, so their ratio holds
+within the run.
 """
 
 from __future__ import annotations
@@ -20,11 +21,11 @@ from autosched.bench import plotting as plots
 from autosched.bench.timing import Timing, time_side_by_side, use_threads
 from autosched.errors import UserError
 from autosched.export import best_schedule
-from autosched.handoff import farther, placement
 from autosched.log import TuningLog
+from autosched.machine.handoff import farther, placement
+from autosched.machine.roofline import Calibration
 from autosched.measure import LocalMeasurer
 from autosched.measure.program import target_device, timed_program
-from autosched.roofline import Calibration
 from autosched.target import to_tvm_target
 from autosched.tuner import TuneOptions, tune
 from autosched.workload import Workload, buffer_args, random_arrays, random_inputs
@@ -86,7 +87,7 @@ class KernelRow:
     ``tuned_us`` and ``peer_us`` are medians of ``rounds`` rounds of side-by-side timing,
     ``tuned_spread_us`` and ``peer_spread_us`` their smallest and largest samples, ``far_rounds``
     the rounds after which the cores were read farther apart than after the others
-    (`autosched.handoff.farther`).
+    (`autosched.machine.handoff.farther`).
     ``untuned_us`` and ``searched_us`` (the best candidate as the search timed it) are the
     search's own measurements.
 

@@ -36,8 +36,8 @@ from tvm import relax
 from autosched.bench import plotting as plots
 from autosched.bench.model_zoo import ZooModel, torch
 from autosched.bench.timing import Timing, time_side_by_side, use_threads
-from autosched.handoff import Placement, farther, placement
 from autosched.log import TuningLog
+from autosched.machine.handoff import Placement, farther, placement
 from autosched.measure import LocalMeasurer
 from autosched.model.compile import (
     OutputMismatch,
@@ -56,7 +56,7 @@ from autosched.workload import mismatch
 
 MODEL_REPEATS = 10
 """Rounds of timing per model, each one repeat of every contender (at least 50 ms, after a
-warm-up), with the handoff (``autosched.handoff``) timed after each."""
+warm-up), with the handoff (``autosched.machine.handoff``) timed after each."""
 
 
 class Contender(str, Enum):
@@ -110,8 +110,8 @@ class Latency:
 @dataclass(frozen=True)
 class PlacementMedians:
     """The rounds of a model's timing in which the cores were nearer (or farther, ``far``) than in
-    the others (`autosched.handoff.farther`): how many, and each timed contender's median over
-    them."""
+    the others (`autosched.machine.handoff.farther`): how many, and each timed contender's median
+    over them."""
 
     far: bool
     rounds: int

@@ -79,7 +79,7 @@ def time_side_by_side(
 ) -> tuple[dict[Contender, Timing], list[Probe]]:
     """Time each of ``calls`` by the protocol of this module, side by side: ``rounds`` rounds of
     one repeat of each, each round starting one further along than the one before. ``between``,
-    called after each round, probes the machine (``autosched.handoff.placement``, say);
+    called after each round, probes the machine (``autosched.machine.handoff.placement``, say);
     returns the timings and what the probe returned, one reading a round."""
     numbers = {name: _calls_per_repeat(call) for name, call in calls.items()}
     names = list(calls)

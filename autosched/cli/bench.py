@@ -47,7 +47,7 @@ def kernels(
 ) -> None:
     """Untuned, tuned and peer latency per workload, tuned/peer and % of the roofline bound."""
     from autosched.bench.kernels import bench_kernels, fastest_rate, plot_rows, suite_cases
-    from autosched.roofline import (
+    from autosched.machine.roofline import (
         calibrate,
         calibration_path,
         describe_calibration,
@@ -359,7 +359,7 @@ def _print_model_row(row: ModelRow) -> None:
         _out.print(
             f"timed in {len(row.placements)} rounds side by side; the cores handed data over in "
             f"{min(handoffs):.1f} to {max(handoffs):.1f} us a round, {min(ratios):.1f} to "
-            f"{max(ratios):.1f} times their reads of their own data (autosched.handoff): "
+            f"{max(ratios):.1f} times their reads of their own data (autosched.machine.handoff): "
             + ("two placements, near and far" if placements else "one placement throughout"),
             highlight=False,
             soft_wrap=True,

@@ -468,8 +468,8 @@ def check(
 
 def calibrate(target: TargetOpt = None, as_json: JsonOpt = False) -> None:
     """Measure this machine's peak GFLOP/s and memory bandwidth, the roofline of `bench`."""
-    from autosched.roofline import calibrate as measure_machine
-    from autosched.roofline import describe_calibration, save_calibration
+    from autosched.machine.roofline import calibrate as measure_machine
+    from autosched.machine.roofline import describe_calibration, save_calibration
     from autosched.target import parse_target
 
     target_json = parse_target(target)

@@ -3,13 +3,14 @@ its speed, and how a measurer keeps them out of its timings.
 
 On the small virtual machines we tune on, the same program can time 1.55 ms and then 3.40 ms a few
 minutes later, its samples at 1x and 2x and nothing between, as when the host takes one of two
-virtual CPUs away, or places them on cores that share no cache (``autosched.handoff``); a spell
-lasts seconds to minutes, longer than a candidate's timing, so its repeats do not save it. A good
-program timed in a spell ranks as a bad one, and the search never returns to it.
+virtual CPUs away, or places them on cores that share no cache (``autosched.machine.handoff``);
+a spell lasts seconds to minutes, longer than a candidate's timing, so its repeats do not save
+it. A good program timed in a spell ranks as a bad one, and the search never returns to it.
 
 So a CPU measurer times a control between every ``CONTROL_EVERY`` candidates (and between the
 rounds of a final): a fixed amount of parallel work on every core (the calibration's FMA loop,
-``autosched.fmaloop``), then data handed from each core to the next (``autosched.handoff``). The
+``autosched.machine.fmaloop``), then data handed from each core to the next
+(``autosched.machine.handoff``). The
 fastest control of the measurer's life is the machine at its quiet speed; a control slower than
 ``SLOW_SPELL`` times that marks what was timed next to it as timed in a spell, and it is timed
 again (at most ``RETIMES`` more times), keeping for each the timing between quiet controls, else
@@ -26,8 +27,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
-from autosched.fmaloop import built_fma_loop, call_secs
-from autosched.handoff import handoff_secs
+from autosched.machine.fmaloop import built_fma_loop, call_secs
+from autosched.machine.handoff import handoff_secs
 
 CONTROL_EVERY = 4  # candidates timed between two controls
 SLOW_SPELL = 1.25  # a control this many times slower than the quiet one marks a spell

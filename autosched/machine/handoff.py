@@ -30,7 +30,7 @@ import numpy as np
 import tvm
 from tvm.script import tirx as T
 
-from autosched.fmaloop import call_secs, fma_loop_shape
+from autosched.machine.fmaloop import call_secs, fma_loop_shape
 from autosched.target import to_tvm_target
 
 SLAB_FLOATS = 1 << 16

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import tvm
 from tvm.script import tirx as T
 
-from autosched.cpu import cpu_peak
+from autosched.machine.cpu import cpu_peak
 from autosched.target import canonical_target, to_tvm_target
 
 _FMA_CHAINS = 10

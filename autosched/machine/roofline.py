@@ -21,10 +21,10 @@ from pathlib import Path
 
 import numpy as np
 
-from autosched.cpu import cpu_peak
 from autosched.errors import UserError
-from autosched.fmaloop import FmaRate, FmaRateRequest, fma_loop_shape
-from autosched.handoff import Placement, PlacementRequest
+from autosched.machine.cpu import cpu_peak
+from autosched.machine.fmaloop import FmaRate, FmaRateRequest, fma_loop_shape
+from autosched.machine.handoff import Placement, PlacementRequest
 from autosched.measure.child import ChildProcess
 from autosched.target import canonical_target, target_key, target_kind, thread_env
 
@@ -48,7 +48,7 @@ class Calibration:
     CPU's cores x FMA units x lanes x 2 x clock (spelled out in ``theoretical``), where known.
     ``other_load`` is the CPU time other processes took while it was measured, in cores; ``busy``
     says it stayed above the threshold through every attempt. ``handoff_us`` and ``own_read_us``
-    read where the host had placed the cores then (``autosched.handoff.placement``): numpy's
+    read where the host had placed the cores then (``autosched.machine.handoff.placement``): numpy's
     matmul, on every core, runs slower when they share no cache.
     """
 

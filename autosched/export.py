@@ -26,7 +26,7 @@ from tvm.s_tir.meta_schedule.database import JSONDatabase, TuningRecord
 from autosched import runtime
 from autosched.errors import UserError
 from autosched.fallback import Fallback, FallbackLevel, nearest, replay_problem
-from autosched.finalists import ROUNDS, Interval
+from autosched.finals.ranking import ROUNDS, Interval
 from autosched.intrinsics import use_tensor_intrinsics
 from autosched.log import TuningLog
 from autosched.log.tables import FinalistTiming

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from autosched.costmodel.base import CostModel
 from autosched.errors import Cancelled
-from autosched.finalists import (
+from autosched.finals.ranking import (
     FINALISTS,
     ROUNDS,
     Entrant,
@@ -24,9 +24,9 @@ from autosched.finalists import (
     rank_finalists,
     side_by_side,
 )
+from autosched.finals.timings import FinalistStore
 from autosched.log import TuningLog
 from autosched.log.costmodels import ModelInfo
-from autosched.log.finalists import FinalistStore
 from autosched.log.jobs import JobStore
 from autosched.log.subjects import ensure_subject
 from autosched.measure import CorrectnessGate, Measurer, Retimer
@@ -318,7 +318,7 @@ def _retime_finalists(
 ) -> list[Finalist]:
     """Time the ``options.finalists`` fastest correct tuned candidates of the workload and target
     again, side by side with the untuned program, and make the one with the lowest re-timed
-    median the best record (``autosched.finalists``); none where the measurer cannot re-time (a
+    median the best record (``autosched.finals.ranking``); none where the measurer cannot re-time (a
     replay of a log).
 
     A candidate whose output was never checked is checked first; one that fails is left out, one

@@ -31,7 +31,7 @@ from autosched.cli.options import (
     UnsafeNoSandboxOpt,
 )
 from autosched.errors import UserError
-from autosched.finalists import FINALISTS, MAX_FINALISTS, MAX_ROUNDS, ROUNDS
+from autosched.finals.ranking import FINALISTS, MAX_FINALISTS, MAX_ROUNDS, ROUNDS
 from autosched.model import ROUND_TRIALS, SERVICE_REFUSALS, is_model_file
 from autosched.search.registry import DEFAULT_STRATEGY, STRATEGY_HELP
 

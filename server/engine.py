@@ -21,9 +21,9 @@ from collections.abc import Callable, Sequence
 from autosched.background import BackgroundLoop
 from autosched.costmodel.base import CostModel
 from autosched.errors import ServiceUnavailable
+from autosched.finals.retiming import Finals
 from autosched.log import TuningLog
 from autosched.log.jobs import JobStore
-from autosched.log.retiming import Finals
 from autosched.records import JobProgress, JobStatus
 from autosched.search.base import Proposal
 from autosched.sessions import OpenSession, OpenSessions, open_search, session_key

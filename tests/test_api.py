@@ -20,9 +20,9 @@ from fastapi.testclient import TestClient
 from autosched.admission import program_json
 from autosched.client import ServiceClient
 from autosched.errors import ServiceUnavailable, UserError
+from autosched.finals.retiming import Finals
 from autosched.log import TuningLog
 from autosched.log.jobs import JobStore
-from autosched.log.retiming import Finals
 from autosched.log.tables import FinalState
 from autosched.log.tokens import Role, TokenStore
 from autosched.records import BASELINE_TRACE, MeasureResult, ReportedResult, RetimedEntrant

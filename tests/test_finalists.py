@@ -9,15 +9,15 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from autosched.finalists import (
+from autosched.finals.ranking import (
     Entrant,
     Interval,
     median_interval,
     rank_finalists,
     side_by_side,
 )
+from autosched.finals.timings import FinalistStore
 from autosched.log import TuningLog
-from autosched.log.finalists import FinalistStore
 from autosched.measure import LocalMeasurer, MeasureConfig
 from autosched.records import BASELINE_TRACE
 from autosched.schedule import trace_to_json

@@ -18,9 +18,9 @@ import pytest
 from fastapi.testclient import TestClient
 
 from autosched.ceiling import ceiling_gflops
+from autosched.finals.retiming import Finals
 from autosched.log import TuningLog
 from autosched.log.jobs import JobStore
-from autosched.log.retiming import Finals
 from autosched.log.tables import FinalState
 from autosched.log.tokens import Role
 from autosched.records import BASELINE_TRACE

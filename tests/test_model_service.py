@@ -23,8 +23,8 @@ from model_files import write_mlp_onnx, write_onnx_with
 from onnx_bombs import write_bomb
 from test_service_e2e import Service
 
+from autosched.finals.timings import FinalistStore
 from autosched.log import TuningLog
-from autosched.log.finalists import FinalistStore
 from autosched.log.jobs import JobStore
 from autosched.log.model_jobs import ModelJobStore
 from autosched.log.subjects import ensure_target

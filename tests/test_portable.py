@@ -18,9 +18,9 @@ from sqlalchemy import func, select, update
 
 from autosched.admission import program_json
 from autosched.errors import Conflict, UserError
-from autosched.finalists import Entrant, rank_finalists
+from autosched.finals.ranking import Entrant, rank_finalists
+from autosched.finals.timings import FinalistStore
 from autosched.log import TuningLog
-from autosched.log.finalists import FinalistStore
 from autosched.log.jobs import JobStore
 from autosched.log.portable import Limits, Selection, Tally, export_log, import_log
 from autosched.log.provenance import autosched_version

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from autosched.finalists import Finalist, Interval
+from autosched.finals.ranking import Finalist, Interval
 from autosched.protocol import (
     FinalistPublic,
     JobPublic,

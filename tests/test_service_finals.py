@@ -13,11 +13,11 @@ import pytest
 from helpers import on_sqlite, wait_for
 
 from autosched.errors import UserError
+from autosched.finals.retiming import TOO_FEW, Finals
+from autosched.finals.timings import FinalistStore
 from autosched.log import TuningLog
-from autosched.log.finalists import FinalistStore
 from autosched.log.jobs import JobStore
 from autosched.log.leases import LeaseQueue
-from autosched.log.retiming import TOO_FEW, Finals
 from autosched.log.tables import FinalState
 from autosched.measure import MeasureConfig
 from autosched.measure.child import ChildDied

@@ -47,7 +47,7 @@ class Timed:
     samples: list[float]
 
     def as_json(self) -> dict[str, object]:
-        from autosched.finalists import median_interval
+        from autosched.finals.ranking import median_interval
 
         interval = median_interval(self.samples)
         return {

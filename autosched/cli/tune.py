@@ -35,7 +35,7 @@ from autosched.cli.options import (
     open_log,
 )
 from autosched.errors import Cancelled, UserError
-from autosched.finalists import FINALISTS, MAX_FINALISTS, Finalist
+from autosched.finals.ranking import FINALISTS, MAX_FINALISTS, Finalist
 from autosched.model import ROUND_TRIALS, is_model_file
 from autosched.search.registry import DEFAULT_STRATEGY, STRATEGY_HELP, check_strategy
 from autosched.signals import stop_on_signals

@@ -27,10 +27,10 @@ from sqlalchemy import Select, Subquery, false, func, or_, select, text, update
 from sqlalchemy.orm import Session
 
 from autosched.errors import NotFound, OverLimit
-from autosched.finalists import ROUNDS
-from autosched.log.finalists import final_medians
+from autosched.finals.ranking import ROUNDS
+from autosched.finals.retiming import Finals
+from autosched.finals.timings import final_medians
 from autosched.log.queries import record_view
-from autosched.log.retiming import Finals
 from autosched.log.store import TuningLog
 from autosched.log.subjects import ensure_subject
 from autosched.log.tables import (
@@ -208,7 +208,7 @@ class JobStore:
     ) -> int:
         """Queue a tuning job of ``owner`` (a principal); an engine takes it up. With
         ``finalists``, its fastest candidates and its untuned program are timed again at its end,
-        in ``rounds`` rounds, by one worker (``autosched.log.retiming``). Returns the job id.
+        in ``rounds`` rounds, by one worker (``autosched.finals.retiming``). Returns the job id.
 
         Raises:
             OverLimit: ``owner`` has ``max_open`` jobs queued or running already (rounds of its

@@ -1,7 +1,7 @@
 """Workers and leases in the tuning log: the service's queue of candidates, as workers see it.
 
 Workers register their target and device, lease queued candidates of their target (or a job's
-final, ``autosched.log.retiming``, which comes first), heartbeat while they measure, and report
+final, ``autosched.finals.retiming``, which comes first), heartbeat while they measure, and report
 what they measured. Every operation is one transaction.
 
 Contract:
@@ -29,8 +29,8 @@ from sqlalchemy.orm import Session
 
 from autosched.ceiling import impossible
 from autosched.errors import NotFound, UserError
+from autosched.finals.retiming import Finals
 from autosched.log.jobs import queue_turns
-from autosched.log.retiming import Finals
 from autosched.log.store import NewMeasurement, TuningLog
 from autosched.log.subjects import ensure_target
 from autosched.log.tables import (
@@ -305,12 +305,12 @@ class LeaseQueue:
     def report_final(
         self, worker_id: int, lease_id: int, retimed: Sequence[RetimedEntrant]
     ) -> bool:
-        """Rank and store the final the lease holds (``autosched.log.retiming``); False where
+        """Rank and store the final the lease holds (``autosched.finals.retiming``); False where
         it holds none now (a retry, or a lease that expired meanwhile): nothing changes then.
 
         Raises:
             UserError: a sample is not a latency of the final's workload on its target
-                (``autosched.ceiling``), or ``autosched.log.retiming`` refuses the report.
+                (``autosched.ceiling``), or ``autosched.finals.retiming`` refuses the report.
         """
         with self._sessions.begin() as session:
             lease, device_id = self._held(session, worker_id, lease_id)

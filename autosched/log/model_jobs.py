@@ -25,9 +25,9 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from autosched.errors import NotFound
-from autosched.log.finalists import final_medians
+from autosched.finals.retiming import Finals
+from autosched.finals.timings import final_medians
 from autosched.log.jobs import OPEN_STATUSES, JobStore, ensure_room, queued_job
-from autosched.log.retiming import Finals
 from autosched.log.store import TuningLog
 from autosched.log.tables import (
     BestRecord,
@@ -201,7 +201,7 @@ class ModelJobStore:
     def add_finals(self, model_id: int, *, position: int, tasks: Sequence[int]) -> list[int]:
         """Queue the finals of the model job's tuned ``tasks`` (positions), at rounds
         ``position`` onwards, all in one transaction: each is a tuning job of no trials whose
-        final (``autosched.log.retiming``) times the task's fastest candidates again side by
+        final (``autosched.finals.retiming``) times the task's fastest candidates again side by
         side with its untuned program. Returns the jobs' ids; none when the model job is not
         running, has no finals (0 finalists) or its finals were added already."""
         return self._add_rounds(model_id, position, tasks, 0)

@@ -52,9 +52,9 @@ from sqlalchemy import Select, and_, or_, select
 from sqlalchemy.orm import Session
 
 from autosched.errors import Conflict, UserError
-from autosched.finalists import MAX_FINALISTS, MAX_ROUNDS, Entrant, rank_finalists
+from autosched.finals.ranking import MAX_FINALISTS, MAX_ROUNDS, Entrant, rank_finalists
+from autosched.finals.timings import timing_rows
 from autosched.log.db import one_line
-from autosched.log.finalists import timing_rows
 from autosched.log.queries import best_row
 from autosched.log.store import TuningLog
 from autosched.log.tables import (
@@ -958,7 +958,7 @@ def _store_final(
     traces: dict[str, str],
 ) -> bool:
     """Store ``final`` under a finished job of its own, its finalists ranked again from their
-    samples (``autosched.finalists.rank_finalists``); False where a final of the same programs
+    samples (``autosched.finals.ranking.rank_finalists``); False where a final of the same programs
     with the same samples is stored already."""
     ranked = rank_finalists(
         [

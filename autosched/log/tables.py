@@ -31,7 +31,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from autosched.finalists import FINALISTS, ROUNDS
+from autosched.finals.ranking import FINALISTS, ROUNDS
 
 NAMING_CONVENTION = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
@@ -276,7 +276,7 @@ class Lease(Base):
 
 class Final(Base):
     """The final of a service job: its fastest candidates and its untuned program timed again,
-    side by side, by one worker (see ``autosched.log.retiming``).
+    side by side, by one worker (see ``autosched.finals.retiming``).
 
     ``state`` is ``pending`` while the job searches, ``queued`` once its ``entrants`` (candidate
     ids, the untuned program last) are chosen, ``leased`` while a worker times them (held by
@@ -418,7 +418,7 @@ class CandidateFeatures(Base):
 
 class FinalistTiming(Base):
     """A finalist of a job timed again at its end, side by side with the others (see
-    ``autosched.finalists``): every sample, their median with its confidence interval, its rank
+    ``autosched.finals.ranking``): every sample, their median with its confidence interval, its rank
     (1: the winner, which became the best record) and whether its interval overlaps the winner's.
     """
 

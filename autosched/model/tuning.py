@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from autosched.errors import Cancelled
-from autosched.finalists import Finalist, side_by_side
+from autosched.finals.ranking import Finalist, side_by_side
 from autosched.log import TuningLog
 from autosched.log.jobs import JobStore
 from autosched.log.subjects import ensure_subject, ensure_target

@@ -9,7 +9,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, StrictInt, StrictStr, model_validator
 
-from autosched.finalists import FINALISTS, MAX_FINALISTS, MAX_ROUNDS, ROUNDS, Finalist
+from autosched.finals.ranking import FINALISTS, MAX_FINALISTS, MAX_ROUNDS, ROUNDS, Finalist
 from autosched.protocol.common import (
     MAX_BATCH,
     MAX_ID,

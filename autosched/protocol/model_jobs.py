@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, Field
 
-from autosched.finalists import FINALISTS, MAX_FINALISTS, MAX_ROUNDS, ROUNDS
+from autosched.finals.ranking import FINALISTS, MAX_FINALISTS, MAX_ROUNDS, ROUNDS
 from autosched.model import ROUND_TRIALS
 from autosched.protocol.common import (
     MAX_BATCH,

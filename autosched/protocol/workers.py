@@ -9,7 +9,7 @@ from typing import Any
 
 from pydantic import AwareDatetime, BaseModel, Field, StrictBool, StrictInt, model_validator
 
-from autosched.finalists import MAX_FINALISTS, MAX_ROUNDS
+from autosched.finals.ranking import MAX_FINALISTS, MAX_ROUNDS
 from autosched.protocol.common import (
     MAX_LEASE,
     FromRecord,

@@ -8,7 +8,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query, status
 
 from autosched.errors import UserError
-from autosched.log.finalists import FinalistStore
+from autosched.finals.timings import FinalistStore
 from autosched.protocol import (
     MAX_ID,
     MAX_PAGE,

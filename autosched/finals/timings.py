@@ -10,7 +10,7 @@ from datetime import datetime
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from autosched.finalists import Finalist, Interval
+from autosched.finals.ranking import Finalist, Interval
 from autosched.log.store import TuningLog
 from autosched.log.tables import Candidate, FinalistTiming, Measurement
 from autosched.records import BASELINE_TRACE

@@ -1,6 +1,6 @@
 """The finals of the service's jobs in the tuning log: once a job's trials are measured, its
 fastest candidates and its untuned program are timed again, side by side, by one worker of its
-target, and ranked into the job's finalists (``autosched.finalists``).
+target, and ranked into the job's finalists (``autosched.finals.ranking``).
 
 A job submitted with finalists has a final from the start, ``pending`` while it searches. The
 engine that drives the job plans it once nothing of the job is left with the workers: it picks
@@ -30,8 +30,8 @@ from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from autosched.errors import UserError
-from autosched.finalists import Entrant, contenders, rank_finalists
-from autosched.log.finalists import FinalistStore
+from autosched.finals.ranking import Entrant, contenders, rank_finalists
+from autosched.finals.timings import FinalistStore
 from autosched.log.queries import record_view
 from autosched.log.store import TuningLog
 from autosched.log.tables import (

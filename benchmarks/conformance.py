@@ -56,7 +56,7 @@ import tvm
 from autosched.bench.corpus import CORPUS, CorpusModel, export
 from autosched.bench.models import cpu_name, vm_inference
 from autosched.bench.timing import time_repeats, use_threads
-from autosched.client import ServiceClient
+from autosched.client.http import ServiceClient
 from autosched.errors import ServiceUnavailable, UserError
 from autosched.log import TuningLog
 from autosched.measure import LocalMeasurer

@@ -18,7 +18,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from autosched.admission import program_json
-from autosched.client import ServiceClient
+from autosched.client.http import ServiceClient
 from autosched.errors import ServiceUnavailable, UserError
 from autosched.finals.retiming import Finals
 from autosched.log import TuningLog

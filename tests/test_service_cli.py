@@ -23,7 +23,7 @@ import uvicorn
 from helpers import Cli, free_port
 
 from autosched.admission import program_json
-from autosched.client import ServiceClient
+from autosched.client.http import ServiceClient
 from autosched.log import TuningLog
 from autosched.log.jobs import JobStore
 from autosched.log.tokens import Role, TokenStore

@@ -43,7 +43,7 @@ def worker(
     """Measure candidates for a server: lease, build and time them here, report; until SIGTERM."""
     import threading
 
-    from autosched.client import ServiceClient
+    from autosched.client.http import ServiceClient
     from autosched.measure import MeasureConfig, sandbox
     from autosched.signals import stop_on_signals
     from autosched.workers.daemon import WorkerDaemon

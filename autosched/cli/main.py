@@ -1,9 +1,10 @@
 """The `autosched` command line: the app, its commands, and one-line errors with exit code 2.
 
-The commands that work on this machine alone live beside this module; the service's (`serve`,
-`engine`, `submit`, `status`, `token`, `worker`) come from ``autosched.server`` and
-``autosched.workers``, found through the ``autosched.commands`` entry points, so this package never
-imports the service built on it.
+The commands that work on this machine alone live beside this module, a client's of a tuning
+server (`submit`, `status`) beside the HTTP client (``autosched.client.commands``); the
+service's (`serve`, `engine`, `token`, `worker`) come from ``autosched.server`` and
+``autosched.workers``, found through the ``autosched.commands`` entry points, so this package
+never imports the service built on it.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from autosched.cli.bench import bench_app
 from autosched.cli.costmodel import model_app
 from autosched.cli.logfile import log_app
 from autosched.cli.run import run_artefact
+from autosched.client.commands import status, submit
 from autosched.errors import ServiceUnavailable, UserError
 from autosched.torch_guard import keep_torch_out
 
@@ -41,6 +43,8 @@ app.command("export")(tune.export_schedule)
 app.command("run")(run_artefact)
 app.command()(tune.check)
 app.command()(tune.calibrate)
+app.command()(submit)
+app.command()(status)
 app.add_typer(bench_app, name="bench")
 app.add_typer(model_app, name="model")
 for plugin in sorted(entry_points(group=COMMAND_GROUP), key=lambda point: point.name):

@@ -237,7 +237,7 @@ def export_model_job(
     import hashlib
 
     from autosched import runtime
-    from autosched.client import ServiceClient
+    from autosched.client.http import ServiceClient
 
     if output.suffix != ".so":
         raise UserError(

@@ -495,7 +495,7 @@ def _fetch_best(
     replayed here for export; with ``fallback``, the nearest hardware's if the target has none."""
     from dataclasses import replace
 
-    from autosched.client import ServiceClient
+    from autosched.client.http import ServiceClient
     from autosched.export import replay
     from autosched.fallback import FallbackLevel
 

@@ -141,51 +141,37 @@ def open_search(
         kept.session.catch_up(history)
         search = JobSearch(kept.session, job.trials, kept.started_from)
     else:
-        search = _build(log, job, history, workload, cost_model, warm, start_from, machines)
+        if workload is None:
+            workload = resolve_workload(job.workload.ref)
+        target = job.target.target_json
+        seeded_from: str | None = None
+        seeds: list[RecordView] = []
+        if start_from is not None:
+            seeded_from, seeds = start_from.source, start_from.seeds
+        elif not history:
+            if machines is None:
+                machines = log.machines(job.target.key)
+            seeded_from, seeds = starting_records(log, workload, job.workload.id, target, machines)
+        started_from = None
+        if cost_model is None:
+            cost_model, started_from = starting_model(
+                log, target, seed=job.seed or 0, warm=warm, model_id=job.cost_model_id
+            )
+        session = start_session(
+            job.strategy,
+            SearchJob(
+                workload=workload,
+                target=target,
+                trials=job.trials,
+                batch_size=job.batch_size,
+                seed=job.seed,
+                history=history,
+                cost_model=cost_model,
+                study_storage=log.engine_url,
+                seeds=seeds,
+            ),
+        )
+        search = JobSearch(session, job.trials, started_from, seeded_from)
     if job.cost_model_id is None and search.started_from is not None:
         CostModelStore(log).set_job_model(job.id, search.started_from.id)
     return search
-
-
-def _build(
-    log: TuningLog,
-    job: JobProgress,
-    history: Sequence[RecordView],
-    workload: Workload | None,
-    cost_model: CostModel | None,
-    warm: bool,
-    start_from: NeighbourSeeds | None,
-    machines: Sequence[dict[str, Any]] | None,
-) -> JobSearch:
-    """A new search session of ``job``, from the log (see `open_search`)."""
-    if workload is None:
-        workload = resolve_workload(job.workload.ref)
-    target = job.target.target_json
-    seeded_from: str | None = None
-    seeds: list[RecordView] = []
-    if start_from is not None:
-        seeded_from, seeds = start_from.source, start_from.seeds
-    elif not history:
-        if machines is None:
-            machines = log.machines(job.target.key)
-        seeded_from, seeds = starting_records(log, workload, job.workload.id, target, machines)
-    started_from = None
-    if cost_model is None:
-        cost_model, started_from = starting_model(
-            log, target, seed=job.seed or 0, warm=warm, model_id=job.cost_model_id
-        )
-    session = start_session(
-        job.strategy,
-        SearchJob(
-            workload=workload,
-            target=target,
-            trials=job.trials,
-            batch_size=job.batch_size,
-            seed=job.seed,
-            history=history,
-            cost_model=cost_model,
-            study_storage=log.engine_url,
-            seeds=seeds,
-        ),
-    )
-    return JobSearch(session, job.trials, started_from, seeded_from)

@@ -1,14 +1,18 @@
-"""`autosched bench models`: the models of the zoo (``autosched.bench.model_zoo``) end to end on
-this CPU, per model: autosched's compiled model after tuning, stock TVM's
-``static_shape_tuning_pipeline`` at the same budget, TVM with its default schedules, PyTorch eager,
-``torch.compile`` (inductor) and ONNX Runtime, all timed in one run by one protocol
-(``autosched.bench.timing``) on as many threads as the CPU has physical cores; and the wall time
-of the two tuners.
+"""`autosched bench models`: the models of the zoo (``autosched.bench.model_zoo``) or of the
+conformance corpus (``autosched.bench.corpus``) end to end on this CPU, per model: autosched's
+tuned model as a deployment runs it (the exported library and its manifest, loaded by
+``autosched.runtime.load``), stock TVM's ``static_shape_tuning_pipeline`` at the same budget, TVM
+with its default schedules, PyTorch eager, ``torch.compile`` (inductor) and ONNX Runtime, all
+timed in one run by one protocol (``autosched.bench.timing``) on as many threads as the CPU has
+physical cores; and the wall time of the two tuners.
 
-Each model is exported with ``torch.export`` and imported through the model loader, as
-`autosched tune MODEL.pt2` imports it. autosched tunes in this process (its measuring children
-keep PyTorch out); stock TVM tunes in a child process (``autosched.bench.stock_tvm``) whose
-MetaSchedule builder and runner processes are started without PyTorch too.
+A zoo model is exported with ``torch.export`` and imported through the model loader, as
+`autosched tune MODEL.pt2` imports it; ONNX Runtime runs it as PyTorch's TorchScript exporter
+writes it. A corpus model is exported as the corpus exports it to ONNX (``torch.onnx.export``'s
+dynamo exporter): that one file is what autosched, stock TVM and ONNX Runtime take. autosched
+tunes in this process (its measuring children keep PyTorch out); stock TVM tunes in a child
+process (``autosched.bench.stock_tvm``) whose MetaSchedule builder and runner processes are
+started without PyTorch too.
 """
 
 from __future__ import annotations
@@ -33,9 +37,15 @@ import numpy as np
 import tvm
 from tvm import relax
 
+from autosched import runtime
 from autosched.bench import plotting as plots
-from autosched.bench.model_zoo import ZooModel, torch
+from autosched.bench.corpus import CORPUS, CorpusModel, corpus_models
+from autosched.bench.corpus import export as export_corpus_model
+from autosched.bench.model_zoo import MODELS, ZooModel, torch, zoo_models
 from autosched.bench.timing import Timing, time_side_by_side, use_threads
+from autosched.errors import UserError
+from autosched.export import complete_model_manifest
+from autosched.finals.ranking import Interval, median_interval
 from autosched.log import TuningLog
 from autosched.machine.handoff import Placement, farther, placement
 from autosched.measure import LocalMeasurer
@@ -43,8 +53,9 @@ from autosched.model.compile import (
     OutputMismatch,
     best_schedules,
     check_outputs,
-    compile_model,
+    compile_schedules,
     compile_untuned,
+    export_library,
     random_model_inputs,
 )
 from autosched.model.load import Model, load_model
@@ -95,10 +106,18 @@ class Latency:
     timing: Timing | None
     note: str | None = None
 
+    @property
+    def interval(self) -> Interval | None:
+        """The distribution-free confidence interval of the median
+        (``autosched.finals.ranking``)."""
+        return None if self.timing is None else median_interval(self.timing.samples)
+
     def as_json(self) -> dict[str, object]:
-        timing = self.timing
+        timing, interval = self.timing, self.interval
         return {
             "median_us": None if timing is None else timing.median_secs * 1e6,
+            "interval_us": None if interval is None else [interval.low * 1e6, interval.high * 1e6],
+            "interval_confidence": None if interval is None else interval.confidence,
             "min_us": None if timing is None else timing.min_secs * 1e6,
             "max_us": None if timing is None else timing.max_secs * 1e6,
             "repeats": None if timing is None else timing.repeats,
@@ -218,6 +237,74 @@ class ModelRow:
         }
 
 
+@dataclass(frozen=True)
+class ModelFiles:
+    """A model as the contenders take it: ``module``, in eval mode, is what PyTorch eager and
+    torch.compile run; ``model_file`` what autosched and stock TVM import (and the library's
+    manifest names as its source); ``onnx_file`` what ONNX Runtime runs (None: the bench exports
+    ``module`` to ONNX itself, with PyTorch's TorchScript exporter)."""
+
+    module: torch.nn.Module
+    example: tuple[torch.Tensor, ...]
+    model_file: Path
+    onnx_file: Path | None
+
+
+@dataclass(frozen=True)
+class BenchModel:
+    """A model of the bench: its name, a line saying what it is, and how its files are written
+    into a folder of its own."""
+
+    name: str
+    summary: str
+    export: Callable[[Path], ModelFiles]
+
+
+def zoo_bench_model(zoo_model: ZooModel) -> BenchModel:
+    """A model of the zoo: exported with ``torch.export``, ONNX left to the bench."""
+
+    def export(work: Path) -> ModelFiles:
+        module, example = zoo_model.instantiate()
+        path = work / f"{zoo_model.name}.pt2"
+        torch.export.save(torch.export.export(module, example), str(path))
+        return ModelFiles(module, example, path, None)
+
+    return BenchModel(zoo_model.name, zoo_model.summary, export)
+
+
+def corpus_bench_model(entry: CorpusModel) -> BenchModel:
+    """A model of the conformance corpus: exported to ONNX as the corpus exports it, the one
+    file that autosched, stock TVM and ONNX Runtime take."""
+
+    def export(work: Path) -> ModelFiles:
+        path = work / f"{entry.name}.onnx"
+        module, example = export_corpus_model(entry, "onnx", path)
+        return ModelFiles(module, example, path, path)
+
+    summary = f"{entry.project}'s {entry.name}, batch 1, as ONNX (torch.onnx.export, dynamo)"
+    return BenchModel(entry.name, summary, export)
+
+
+def chosen_models(names: str | None, *, corpus: bool) -> list[BenchModel]:
+    """The models a comma-separated list names, in its order: of the corpus with ``corpus``,
+    else of the zoo; all of them for None.
+
+    Raises:
+        UserError: a name is not a model of the zoo (or of the corpus, with ``corpus``), the
+            list names none, or the corpus's packages are not installed.
+    """
+    if corpus:
+        return [corpus_bench_model(entry) for entry in corpus_models(names)]
+    listed = [name.strip() for name in (names or "").split(",") if name.strip()]
+    in_corpus = [name for name in listed if name not in MODELS and name in {e.name for e in CORPUS}]
+    if in_corpus:
+        raise UserError(
+            f"{', '.join(in_corpus)} {'is a model' if len(in_corpus) == 1 else 'are models'} "
+            "of the conformance corpus: add --corpus"
+        )
+    return [zoo_bench_model(zoo_model) for zoo_model in zoo_models(names)]
+
+
 def cpu_name(target: dict) -> str:
     """The CPU as a row names it: its model, LLVM's name for it and its physical cores."""
     fingerprint = device_fingerprint(target)
@@ -228,7 +315,7 @@ def cpu_name(target: dict) -> str:
 
 
 def bench_models(
-    models: Sequence[ZooModel],
+    models: Sequence[BenchModel],
     target: dict,
     *,
     trials: int,
@@ -248,7 +335,8 @@ def bench_models(
     done, ``on_row`` each model's row as it is done.
 
     Raises:
-        OutputMismatch: autosched's compiled model computes something else than PyTorch.
+        OutputMismatch: autosched's compiled model computes something else than the framework.
+        UserError: a model cannot be exported, imported or loaded as its library.
     """
     threads = int(target.get("num-cores") or 1)
     use_threads(threads)
@@ -257,10 +345,10 @@ def bench_models(
     with _work_folder(work_dir) as work:
         log = TuningLog(db_url or f"sqlite:///{Path(work) / 'bench.db'}")
         try:
-            for zoo_model in models:
-                model_work = Path(work) / zoo_model.name
+            for bench_model in models:
+                model_work = Path(work) / bench_model.name
                 model_work.mkdir()
-                bench = _ModelBench(zoo_model, target, model_work, threads, on_step)
+                bench = _ModelBench(bench_model, target, model_work, threads, on_step)
                 row = bench.run(log, trials, seed, cpu, stock=stock)
                 rows.append(row)
                 if on_row is not None:
@@ -290,33 +378,34 @@ class _ModelBench:
 
     def __init__(
         self,
-        zoo_model: ZooModel,
+        bench_model: BenchModel,
         target: dict,
         work: Path,
         threads: int,
         on_step: Callable[[str], None] | None,
     ) -> None:
-        self.zoo_model = zoo_model
+        self.bench_model = bench_model
         self.target = target
         self.work = work
         self.threads = threads
         self.on_step = on_step
-        self.module, example = zoo_model.instantiate()
-        path = work / f"{zoo_model.name}.pt2"
-        torch.export.save(torch.export.export(self.module, example), str(path))
-        self.model: Model = load_model(path)
+        self._step("exporting")
+        self.files = bench_model.export(work)
+        self.module = self.files.module
+        self.model: Model = load_model(self.files.model_file)
         self.inputs = random_model_inputs(self.model.inputs)
         self.tensors = tuple(torch.from_numpy(array) for array in self.inputs)
         self.expected = self.model.reference(self.inputs) if self.model.reference else []
 
     def run(self, log: TuningLog, trials: int, seed: int, cpu: str, *, stock: bool) -> ModelRow:
-        report, tuned, autosched_secs = self._autosched(log, trials, seed)
+        report, library, autosched_secs = self._autosched(log, trials, seed)
+        deployed, deployed_note = self._deployed(library)
         stock_tvm, stock_secs, stock_note = (
             self._stock_tvm(trials) if stock else (None, None, STOCK_LEFT_OUT)
         )
         self._step("building with TVM's default schedules; compiling with torch.compile")
         inferences: dict[Contender, tuple[Inference | None, str | None]] = {
-            Contender.AUTOSCHED: (vm_inference(tuned, self.inputs), None),
+            Contender.AUTOSCHED: (deployed, deployed_note),
             Contender.STOCK_TVM: (stock_tvm, stock_note),
             Contender.TVM_UNTUNED: (
                 vm_inference(compile_untuned(self.model, self.target), self.inputs),
@@ -338,8 +427,8 @@ class _ModelBench:
         ]
         slowest = max(report.estimated, key=_weighted_secs, default=None)
         return ModelRow(
-            model=self.zoo_model.name,
-            summary=self.zoo_model.summary,
+            model=self.bench_model.name,
+            summary=self.bench_model.summary,
             cpu=cpu,
             threads=self.threads,
             trials=trials,
@@ -357,13 +446,15 @@ class _ModelBench:
 
     def _step(self, what: str) -> None:
         if self.on_step is not None:
-            self.on_step(f"{self.zoo_model.name}: {what}")
+            self.on_step(f"{self.bench_model.name}: {what}")
 
     def _autosched(
         self, log: TuningLog, trials: int, seed: int
-    ) -> tuple[ModelTuneReport, relax.VMExecutable, float]:
-        """Tune with autosched (its output checked against PyTorch eager), then build the model
-        with the log's best schedules. The wall time counts extraction, tuning and the check."""
+    ) -> tuple[ModelTuneReport, Path, float]:
+        """Tune with autosched (its output checked against the framework's), then build the model
+        with the log's best schedules and export it as a library with its manifest, as
+        `autosched export MODEL --format library` does. The wall time counts extraction, tuning
+        and the check."""
         self._step(f"tuning with autosched ({trials} trials)")
         started = time.perf_counter()
         tasks = extract_tasks(self.model, self.target)
@@ -375,8 +466,35 @@ class _ModelBench:
         finally:
             measurer.close()
         wall_secs = time.perf_counter() - started
-        tuned = compile_model(self.model, best_schedules(log, tasks, self.target), self.target)
-        return report, tuned, wall_secs
+        executable, applied = compile_schedules(
+            self.model, best_schedules(log, tasks, self.target), self.target
+        )
+        library = self.work / "autosched" / f"{self.bench_model.name}.so"
+        written = export_library(
+            self.model, executable, applied, self.target, report.check, library
+        )
+        complete_model_manifest(written[1], self.target, self.files.model_file)
+        return report, library, wall_secs
+
+    def _deployed(self, library: Path) -> tuple[Inference, str | None]:
+        """The exported library as a deployment runs it: loaded by ``autosched.runtime.load``
+        (TVM's pool on the manifest's threads), called on numpy inputs, numpy outputs back; and
+        what the loader warned of (a pool short of the manifest's threads). Its outputs are
+        checked against the framework's first.
+
+        Raises:
+            OutputMismatch: the loaded library computes something else than the framework.
+        """
+        with warnings.catch_warnings(record=True) as warned:
+            warnings.simplefilter("always", RuntimeWarning)
+            artefact = runtime.load(library)
+        note = "; ".join(str(warning.message) for warning in warned) or None
+        inputs = self.inputs
+        outputs = artefact(*inputs)
+        problem = self._differs(outputs if isinstance(outputs, tuple) else [outputs])
+        if problem is not None:
+            raise OutputMismatch(f"{library.name}, loaded as a deployment loads it: {problem}")
+        return (lambda: artefact(*inputs)), note
 
     def _stock_tvm(self, trials: int) -> tuple[Inference | None, float | None, str | None]:
         """Tune and build with stock TVM in a child process; its outputs are checked against
@@ -436,19 +554,21 @@ class _ModelBench:
         return run, None
 
     def _onnxruntime(self) -> tuple[Inference | None, str | None]:
-        """The module exported to ONNX, run by ONNX Runtime on the CPU with every graph
-        optimisation."""
+        """The model's ONNX file (else the module exported to ONNX here), run by ONNX Runtime on
+        the CPU with every graph optimisation, one intra-op thread a core."""
         try:
             import onnxruntime
         except ImportError:
             return None, "needs onnxruntime: pip install 'autosched[models]'"
-        path = self.work / f"{self.zoo_model.name}.onnx"
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                torch.onnx.export(self.module, self.tensors, str(path), dynamo=False)
-        except Exception as error:  # the exporter's failures are the model's
-            return None, f"the ONNX export failed: {_first_line(error)}"
+        path = self.files.onnx_file
+        if path is None:
+            path = self.work / f"{self.bench_model.name}.onnx"
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    torch.onnx.export(self.module, self.tensors, str(path), dynamo=False)
+            except Exception as error:  # the exporter's failures are the model's
+                return None, f"the ONNX export failed: {_first_line(error)}"
         options = onnxruntime.SessionOptions()
         options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
         options.intra_op_num_threads = self.threads
@@ -500,6 +620,86 @@ def run_process_group(command: Sequence[str], output: IO[str], env: Mapping[str,
         with contextlib.suppress(ProcessLookupError):
             os.killpg(child.pid, signal.SIGKILL)
         child.wait()
+
+
+SUMMARY_CONTENDERS = (
+    Contender.AUTOSCHED,
+    Contender.STOCK_TVM,
+    Contender.ONNXRUNTIME,
+    Contender.TORCH_COMPILE,
+    Contender.PYTORCH_EAGER,
+)
+"""The contenders of the summary table, in its order (TVM untuned is in the rows and the JSON)."""
+
+
+def models_table(rows: Sequence[ModelRow]) -> str:
+    """The rows as one Markdown table: per model its budget, both tuners' minutes, each
+    contender's median in ms with its confidence interval, ONNX Runtime's median over
+    autosched's, and the task that adds most to autosched's latency; then the CPU, and why a
+    contender has no time."""
+    header = [
+        "model", "tasks", "trials (measured)", "tuning min: autosched / stock TVM",
+        *(f"{contender.label} ms" for contender in SUMMARY_CONTENDERS),
+        "ONNX Runtime / autosched", "slowest task (weight x us)",
+    ]  # fmt: skip
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for row in rows:
+        minutes = [
+            "-" if secs is None else f"{secs / 60:.1f}"
+            for secs in (row.autosched_tune_secs, row.stock_tune_secs)
+        ]
+        slowest = (
+            "-"
+            if row.slowest_task is None
+            else f"{row.slowest_task} ({_number(row.slowest_task_us, 0)})"
+        )
+        cells = [
+            row.model,
+            str(row.tasks),
+            f"{row.trials} ({row.autosched_trials})",
+            " / ".join(minutes),
+            *(_latency_cell(row.latency(contender)) for contender in SUMMARY_CONTENDERS),
+            _number(row.speedup_over(Contender.ONNXRUNTIME), 2),
+            slowest,
+        ]
+        lines.append("| " + " | ".join(cell.replace("|", "/") for cell in cells) + " |")
+    cpus = ", ".join(sorted({f"{row.cpu}, {row.threads} threads" for row in rows}))
+    confidences = sorted(
+        {
+            round(lat.interval.confidence * 100)
+            for row in rows
+            for lat in row.latencies
+            if lat.interval is not None
+        }
+    )
+    rounds = sorted({lat.timing.repeats for r in rows for lat in r.latencies if lat.timing})
+    notes = [
+        f"- {row.model}, {row.latency(contender).contender.label}: {row.latency(contender).note}"
+        for row in rows
+        for contender in SUMMARY_CONTENDERS
+        if row.latency(contender).note
+    ]
+    return "\n".join(
+        [
+            *lines,
+            "",
+            f"CPU: {cpus}. Medians of {'/'.join(map(str, rounds)) or '-'} rounds timed side by "
+            "side, [low, high] the median's "
+            f"{'/'.join(f'{c}%' for c in confidences) or '-'} confidence interval.",
+            *(["", *notes] if notes else []),
+        ]
+    )
+
+
+def _latency_cell(latency: Latency) -> str:
+    timing, interval = latency.timing, latency.interval
+    if timing is None or interval is None:
+        return "-"
+    return f"{timing.median_secs * 1e3:.2f} [{interval.low * 1e3:.2f}, {interval.high * 1e3:.2f}]"
+
+
+def _number(value: float | None, digits: int) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
 
 
 def _weighted_secs(task: TaskOutcome) -> float:

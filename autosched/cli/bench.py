@@ -1,6 +1,6 @@
 """The `autosched bench` sub-commands: `kernels` (the workload zoo against peers and roofline),
-`search` (how many trials each way of searching needs) and `models` (whole models against stock
-TVM, PyTorch and ONNX Runtime)."""
+`search` (how many trials each way of searching needs) and `models` (whole models, of the zoo or of
+the conformance corpus, against stock TVM, PyTorch and ONNX Runtime)."""
 
 from __future__ import annotations
 
@@ -247,10 +247,18 @@ def models(
         str | None,
         typer.Option(
             "--models",
-            help="Comma-separated among mlp, resnet18, bert_layer, mobilenet_v2, convs2s "
-            "(default: all).",
+            help="Comma-separated among mlp, resnet18, bert_layer, mobilenet_v2, convs2s; with "
+            "--corpus, among the conformance corpus's (default: all).",
         ),
     ] = None,
+    corpus: Annotated[
+        bool,
+        typer.Option(
+            "--corpus",
+            help="Models of the conformance corpus (torchvision, transformers, PyTorch's "
+            "Transformer encoder), each as ONNX; needs autosched[corpus].",
+        ),
+    ] = False,
     trials: Annotated[
         int, typer.Option(min=1, max=100_000, help="Trials per model, for each tuner.")
     ] = 2000,
@@ -275,14 +283,14 @@ def models(
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
     plot: Annotated[Path | None, typer.Option(help="Write a PNG chart here.")] = None,
 ) -> None:
-    """Per model: autosched tuned, stock TVM tuned at the same budget, TVM untuned, PyTorch eager,
-    torch.compile and ONNX Runtime, timed alike on this CPU; both tuners' wall time."""
-    from autosched.bench.model_zoo import zoo_models
-    from autosched.bench.models import bench_models, plot_rows
+    """Per model: autosched tuned (its exported library as a deployment loads it), stock TVM tuned
+    at the same budget, TVM untuned, PyTorch eager, torch.compile and ONNX Runtime, timed alike on
+    this CPU; both tuners' wall time; then one table of every model."""
+    from autosched.bench.models import bench_models, chosen_models, models_table, plot_rows
     from autosched.model.compile import OutputMismatch
     from autosched.target import host_target
 
-    chosen = zoo_models(names)
+    chosen = chosen_models(names, corpus=corpus)
     if work_dir is not None and work_dir.exists() and any(work_dir.iterdir()):
         raise typer.BadParameter(f"{work_dir} is not empty", param_hint="--work-dir")
     target_json = host_target()
@@ -315,6 +323,8 @@ def models(
         print(json.dumps({"target": target_json, "trials": trials, "rows": [
             row.as_json() for row in rows
         ]}))  # fmt: skip
+        return
+    print(models_table(rows))
 
 
 def _print_model_row(row: ModelRow) -> None:
@@ -322,7 +332,8 @@ def _print_model_row(row: ModelRow) -> None:
     from autosched.bench.models import Contender
 
     table = Table(
-        "contender", "median ms", "spread ms", "autosched speedup", "tuning s", "note",
+        "contender", "median ms", "interval ms", "spread ms", "autosched speedup", "tuning s",
+        "note",
         title=f"{row.model} ({row.summary}) on {row.cpu}, {row.threads} threads; "
         f"{row.trials} trials per tuner",
     )  # fmt: skip
@@ -331,10 +342,11 @@ def _print_model_row(row: ModelRow) -> None:
         Contender.STOCK_TVM: row.stock_tune_secs,
     }
     for latency in row.latencies:
-        timing = latency.timing
+        timing, interval = latency.timing, latency.interval
         table.add_row(
             latency.contender.label,
             "-" if timing is None else f"{timing.median_secs * 1e3:.3f}",
+            "-" if interval is None else f"{interval.low * 1e3:.3f} - {interval.high * 1e3:.3f}",
             "-" if timing is None
             else f"{timing.min_secs * 1e3:.3f} - {timing.max_secs * 1e3:.3f}",
             "1.00" if latency.contender is Contender.AUTOSCHED
@@ -344,8 +356,8 @@ def _print_model_row(row: ModelRow) -> None:
         )  # fmt: skip
     _out.print(table)
     _out.print(
-        f"autosched: {row.autosched_trials} trials over {row.tasks} tasks; outputs match "
-        f"PyTorch eager (max abs error {row.max_abs_error:.2g}); its tasks sum to "
+        f"autosched: {row.autosched_trials} trials over {row.tasks} tasks; outputs match the "
+        f"framework's (max abs error {row.max_abs_error:.2g}); its tasks sum to "
         f"{row.estimated_us / 1e3:.3f} ms as tuning timed them; slowest task "
         f"{escape(row.slowest_task or '-')} ({_number(row.slowest_task_us, 1)} us, weight x "
         "latency)",

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from types import TracebackType
 from typing import Any, TypeVar
 from urllib.parse import quote
 
 import httpx
 from pydantic import BaseModel, ValidationError
 
+from autosched.closing import Closing
 from autosched.errors import Conflict, NotFound, ServiceUnavailable, UserError
 from autosched.protocol import (
     BestPublic,
@@ -49,7 +49,7 @@ _REFUSALS: dict[int, type[UserError]] = {404: NotFound, 409: Conflict}
 _Model = TypeVar("_Model", bound=BaseModel)
 
 
-class ServiceClient:
+class ServiceClient(Closing):
     """The REST API of the server at ``base_url``, authenticated with ``token``.
 
     The worker methods take and return the same records as ``LeaseQueue``'s, so a worker daemon
@@ -86,17 +86,6 @@ class ServiceClient:
 
     def close(self) -> None:
         self._http.close()
-
-    def __enter__(self) -> ServiceClient:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.close()
 
     # Health.
 

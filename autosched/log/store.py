@@ -14,7 +14,6 @@ import json
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from types import TracebackType
 from typing import Any, TypeVar
 
 from alembic.util.exc import CommandError
@@ -22,6 +21,7 @@ from sqlalchemy import select, update
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, sessionmaker
 
+from autosched.closing import Closing
 from autosched.errors import Conflict, DatabaseUnavailable, NotFound, UserError
 from autosched.log.db import (
     INSERTS,
@@ -65,7 +65,7 @@ class NewMeasurement:
     device_id: int | None
 
 
-class TuningLog(LogReads):
+class TuningLog(LogReads, Closing):
     """The record of every tuning job and measured candidate, in SQLite or PostgreSQL.
 
     Contract:
@@ -145,17 +145,6 @@ class TuningLog(LogReads):
     def close(self) -> None:
         """Close every pooled connection. The log may not be used afterwards."""
         self._engine.dispose()
-
-    def __enter__(self) -> TuningLog:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def ensure_workload(
         self,

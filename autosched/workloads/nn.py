@@ -6,6 +6,7 @@ presets. Each is a TE definition with a numpy reference and a FLOP count.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import partial
 
 import numpy as np
 from tvm import te, tirx, topi
@@ -135,112 +136,96 @@ def conv_flops(N: int, OH: int, OW: int, CO: int, KH: int, KW: int, CI: int) -> 
     return 2 * N * OH * OW * CO * KH * KW * CI
 
 
-@register_workload(
+def correlate_nhwc(x: np.ndarray, w: np.ndarray, stride: int, padding: int) -> np.ndarray:
+    """What a convolution layer computes of NHWC data ``x`` and an HWIO kernel ``w``, in numpy, in
+    their dtype: the reference of the NHWC convolution."""
+    x = np.pad(x, ((0, 0), (padding, padding), (padding, padding), (0, 0)))
+    KH, KW = w.shape[:2]
+    OH, OW = (x.shape[1] - KH) // stride + 1, (x.shape[2] - KW) // stride + 1
+    result = np.zeros((x.shape[0], OH, OW, w.shape[3]), x.dtype)
+    for kh in range(KH):
+        for kw in range(KW):
+            window = x[:, kh : kh + stride * OH : stride, kw : kw + stride * OW : stride, :]
+            result += np.tensordot(window, w[kh, kw], axes=([3], [0]))
+    return result
+
+
+def _conv2d(
+    layout: str,
+    N: int,
+    H: int,
+    W: int,
+    CI: int,
+    CO: int,
+    KH: int,
+    KW: int,
+    stride: int,
+    padding: int,
+    dtype: str,
+) -> Workload:
+    """The 2-D convolution ``conv2d_{layout}``: the same arithmetic over NHWC data and an HWIO
+    kernel (``layout`` "nhwc") or NCHW data and an OIHW kernel ("nchw")."""
+    name = f"conv2d_{layout}"
+    OH, OW = output_size(name, H, W, KH, KW, stride, padding)
+    acc = accumulation_dtype(dtype)
+    rh = te.reduce_axis((0, KH), name="rh")
+    rw = te.reduce_axis((0, KW), name="rw")
+    rc = te.reduce_axis((0, CI), name="rc")
+    if layout == "nhwc":
+        data = te.placeholder((N, H, W, CI), dtype, name="data")
+        weight = te.placeholder((KH, KW, CI, CO), dtype, name="weight")
+        padded = zero_pad(data, padding, (1, 2), dtype, layout)
+        out = compute_accumulated(
+            (N, OH, OW, CO),
+            lambda n, oh, ow, co: te.sum(
+                padded[n, oh * stride + rh, ow * stride + rw, rc].astype(acc)
+                * weight[rh, rw, rc, co].astype(acc),
+                axis=[rh, rw, rc],
+            ),
+            dtype,
+            "conv",
+        )
+        correlate = correlate_nhwc
+    else:
+        data = te.placeholder((N, CI, H, W), dtype, name="data")
+        weight = te.placeholder((CO, CI, KH, KW), dtype, name="weight")
+        padded = zero_pad(data, padding, (2, 3), dtype, layout)
+        out = compute_accumulated(
+            (N, CO, OH, OW),
+            lambda n, co, oh, ow: te.sum(
+                padded[n, rc, oh * stride + rh, ow * stride + rw].astype(acc)
+                * weight[co, rc, rh, rw].astype(acc),
+                axis=[rc, rh, rw],
+            ),
+            dtype,
+            "conv",
+        )
+        correlate = correlate_nchw
+
+    def reference(inputs: list[np.ndarray]) -> list[np.ndarray]:
+        x, w = (to_accumulation(array) for array in inputs)
+        return [correlate(x, w, stride, padding).astype(dtype)]
+
+    params: dict[str, object] = {
+        "N": N, "H": H, "W": W, "CI": CI, "CO": CO, "KH": KH, "KW": KW,
+        "stride": stride, "padding": padding, "dtype": dtype,
+    }  # fmt: skip
+    flops = conv_flops(N, OH, OW, CO, KH, KW, CI)
+    return workload_from_te(name, params, [data, weight, out], flops=flops, reference=reference)
+
+
+register_workload(
     "conv2d_nhwc",
     "2-D convolution, input NHWC, weight HWIO (KH, KW, CI, CO), output NHWC",
     *_conv_params("H and W"),
     presets=RESNET50_LAYERS,
-)
-def conv2d_nhwc(
-    N: int,
-    H: int,
-    W: int,
-    CI: int,
-    CO: int,
-    KH: int,
-    KW: int,
-    stride: int,
-    padding: int,
-    dtype: str,
-) -> Workload:
-    OH, OW = output_size("conv2d_nhwc", H, W, KH, KW, stride, padding)
-    acc = accumulation_dtype(dtype)
-    data = te.placeholder((N, H, W, CI), dtype, name="data")
-    weight = te.placeholder((KH, KW, CI, CO), dtype, name="weight")
-    padded = zero_pad(data, padding, (1, 2), dtype, "nhwc")
-    rh = te.reduce_axis((0, KH), name="rh")
-    rw = te.reduce_axis((0, KW), name="rw")
-    rc = te.reduce_axis((0, CI), name="rc")
-    out = compute_accumulated(
-        (N, OH, OW, CO),
-        lambda n, oh, ow, co: te.sum(
-            padded[n, oh * stride + rh, ow * stride + rw, rc].astype(acc)
-            * weight[rh, rw, rc, co].astype(acc),
-            axis=[rh, rw, rc],
-        ),
-        dtype,
-        "conv",
-    )
-
-    def reference(inputs: list[np.ndarray]) -> list[np.ndarray]:
-        x, w = (to_accumulation(array) for array in inputs)
-        x = np.pad(x, ((0, 0), (padding, padding), (padding, padding), (0, 0)))
-        result = np.zeros((N, OH, OW, CO), acc)
-        for kh in range(KH):
-            for kw in range(KW):
-                window = x[:, kh : kh + stride * OH : stride, kw : kw + stride * OW : stride, :]
-                result += np.tensordot(window, w[kh, kw], axes=([3], [0]))
-        return [result.astype(dtype)]
-
-    params: dict[str, object] = {
-        "N": N, "H": H, "W": W, "CI": CI, "CO": CO, "KH": KH, "KW": KW,
-        "stride": stride, "padding": padding, "dtype": dtype,
-    }  # fmt: skip
-    flops = conv_flops(N, OH, OW, CO, KH, KW, CI)
-    return workload_from_te(
-        "conv2d_nhwc", params, [data, weight, out], flops=flops, reference=reference
-    )
-
-
-@register_workload(
+)(partial(_conv2d, "nhwc"))
+register_workload(
     "conv2d_nchw",
     "2-D convolution, input NCHW, weight OIHW (CO, CI, KH, KW), output NCHW (PyTorch's layout)",
     *_conv_params("H and W"),
     presets=RESNET50_LAYERS,
-)
-def conv2d_nchw(
-    N: int,
-    H: int,
-    W: int,
-    CI: int,
-    CO: int,
-    KH: int,
-    KW: int,
-    stride: int,
-    padding: int,
-    dtype: str,
-) -> Workload:
-    OH, OW = output_size("conv2d_nchw", H, W, KH, KW, stride, padding)
-    acc = accumulation_dtype(dtype)
-    data = te.placeholder((N, CI, H, W), dtype, name="data")
-    weight = te.placeholder((CO, CI, KH, KW), dtype, name="weight")
-    padded = zero_pad(data, padding, (2, 3), dtype, "nchw")
-    rc = te.reduce_axis((0, CI), name="rc")
-    rh = te.reduce_axis((0, KH), name="rh")
-    rw = te.reduce_axis((0, KW), name="rw")
-    out = compute_accumulated(
-        (N, CO, OH, OW),
-        lambda n, co, oh, ow: te.sum(
-            padded[n, rc, oh * stride + rh, ow * stride + rw].astype(acc)
-            * weight[co, rc, rh, rw].astype(acc),
-            axis=[rc, rh, rw],
-        ),
-        dtype,
-        "conv",
-    )
-
-    def reference(inputs: list[np.ndarray]) -> list[np.ndarray]:
-        x, w = (to_accumulation(array) for array in inputs)
-        return [correlate_nchw(x, w, stride, padding).astype(dtype)]
-
-    params: dict[str, object] = {
-        "N": N, "H": H, "W": W, "CI": CI, "CO": CO, "KH": KH, "KW": KW,
-        "stride": stride, "padding": padding, "dtype": dtype,
-    }  # fmt: skip
-    flops = conv_flops(N, OH, OW, CO, KH, KW, CI)
-    return workload_from_te(
-        "conv2d_nchw", params, [data, weight, out], flops=flops, reference=reference
-    )
+)(partial(_conv2d, "nchw"))
 
 
 @register_workload(

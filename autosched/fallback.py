@@ -19,10 +19,10 @@ Levels, nearest first (``FallbackLevel``):
   Vector widths come from the LLVM features: ``avx512f`` 512 bits, ``avx`` 256, ``sse``/``neon``
   128. For CUDA targets: the same major compute capability, at most this target's minor one.
 
-Within a level the fastest record wins (``autosched.export.best_schedule`` can instead measure
-the best records of that level here and keep the fastest). Records from another TVM version are
-replayed onto this one before they are offered: a trace that no longer applies is reported and
-passed over.
+Within a level the fastest record wins (``autosched.exports.kernels.best_schedule`` can instead
+measure the best records of that level here and keep the fastest). Records from another TVM
+version are replayed onto this one before they are offered: a trace that no longer applies is
+reported and passed over.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 run as the tuner timed it, TVM's thread pool as wide as the tuned target's cores.
 
 What a deployment ships with: numpy and TVM's runtime, never the tuning log, the server, the
-search or the cost models. The manifest's format is written by ``autosched.export``::
+search or the cost models. The manifest's format is written by ``autosched.exports.kernels``::
 
     from autosched.runtime import load
     c = load("matmul.so")(a, b)          # a kernel: its input arrays in, its output out

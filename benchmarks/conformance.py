@@ -34,6 +34,7 @@ one that crashes TVM fails its row only.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import os
@@ -397,15 +398,15 @@ def run_on_service(
     job = ModelJobPublic.model_validate_json(submitted.stdout)
     fields["job"] = job.id
     deadline = time.monotonic() + SERVICE_JOB_SECS
-    while not job.status.final:
+    while not job.status.final:  # a job left behind would share the worker with the next model
         if time.monotonic() > deadline:
-            with ServiceClient(server, token) as client:
-                client.cancel_model(job.id)
+            _cancel_model(server, token, job.id)
             return row(f"model job {job.id} did not end in {SERVICE_JOB_SECS} s; cancelled")
         time.sleep(STATUS_POLL_SECS)
         shown = _autosched(["status", "--model", str(job.id), *remote], env)
         if shown.returncode != 0:
-            return row(f"autosched status: {_cli_problem(shown)}")
+            _cancel_model(server, token, job.id)
+            return row(f"autosched status: {_cli_problem(shown)}; model job {job.id} cancelled")
         job = ModelJobPublic.model_validate_json(shown.stdout)
     fields["tasks"] = len(job.tasks)
     fields["tuned_tasks"] = sum(task.best_latency_secs is not None for task in job.tasks)
@@ -446,6 +447,12 @@ def run_on_service(
         if problem is not None:
             return row(f"the library's output {index} {problem.replace('the reference', ORT)}")
     return row(None)
+
+
+def _cancel_model(server: str, token: str, model_id: int) -> None:
+    """Cancel a model job this run leaves behind, if the server takes the request."""
+    with ServiceClient(server, token) as client, contextlib.suppress(UserError, ServiceUnavailable):
+        client.cancel_model(model_id)
 
 
 def _onnxruntime_outputs(path: Path, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:

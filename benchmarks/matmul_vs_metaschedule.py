@@ -31,7 +31,7 @@ import numpy as np  # noqa: E402
 import tvm  # noqa: E402
 from tvm.s_tir import meta_schedule as ms  # noqa: E402
 
-from autosched.export import best_schedule  # noqa: E402
+from autosched.exports.kernels import best_schedule  # noqa: E402
 from autosched.log import TuningLog  # noqa: E402
 from autosched.measure import LocalMeasurer  # noqa: E402
 from autosched.target import host_target, to_tvm_target  # noqa: E402

@@ -34,7 +34,7 @@ import numpy as np
 
 from autosched.background import BackgroundLoop
 from autosched.errors import Conflict, NotFound, ServiceUnavailable, TooLarge, UserError
-from autosched.export import artefact_header
+from autosched.exports.manifest import artefact_header
 from autosched.log import TuningLog
 from autosched.log.jobs import JobStore
 from autosched.log.model_jobs import ModelJobStore, ModelJobTaskEntry, RoundResult

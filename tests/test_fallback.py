@@ -17,7 +17,7 @@ from tvm.s_tir import Schedule
 
 from autosched.admission import program_json
 from autosched.errors import UserError
-from autosched.export import best_schedule
+from autosched.exports.kernels import best_schedule
 from autosched.fallback import FallbackLevel, intrinsic_features, isa_fits, vector_bits
 from autosched.log import TuningLog
 from autosched.log.jobs import JobStore

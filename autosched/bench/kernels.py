@@ -20,7 +20,7 @@ import tvm
 from autosched.bench import plotting as plots
 from autosched.bench.timing import Timing, time_side_by_side, use_threads
 from autosched.errors import UserError
-from autosched.export import best_schedule
+from autosched.exports.kernels import best_schedule
 from autosched.log import TuningLog
 from autosched.machine.handoff import farther, placement
 from autosched.machine.roofline import Calibration

@@ -44,7 +44,7 @@ from autosched.bench.corpus import export as export_corpus_model
 from autosched.bench.model_zoo import MODELS, ZooModel, torch, zoo_models
 from autosched.bench.timing import Timing, time_side_by_side, use_threads
 from autosched.errors import UserError
-from autosched.export import complete_model_manifest
+from autosched.exports.models import complete_model_manifest, export_library
 from autosched.finals.ranking import Interval, median_interval
 from autosched.log import TuningLog
 from autosched.machine.handoff import Placement, farther, placement
@@ -55,7 +55,6 @@ from autosched.model.compile import (
     check_outputs,
     compile_schedules,
     compile_untuned,
-    export_library,
     random_model_inputs,
 )
 from autosched.model.load import Model, load_model

@@ -168,14 +168,16 @@ def export_model_file(
 ) -> None:
     """Export the model at ``path`` compiled with the log's best schedules of its tasks: a Relax
     VM library and its manifest (outputs checked first), or a MetaSchedule database."""
-    from autosched.export import complete_model_manifest
+    from autosched.exports.models import (
+        complete_model_manifest,
+        export_database,
+        export_library,
+    )
     from autosched.model.compile import (
         OutputMismatch,
         best_schedules,
         check_outputs,
         compile_model,
-        export_database,
-        export_library,
     )
     from autosched.model.load import load_model
     from autosched.model.tasks import extract_tasks

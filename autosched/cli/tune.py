@@ -43,7 +43,7 @@ from autosched.signals import stop_on_signals
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from autosched.export import BestSchedule
+    from autosched.exports.kernels import BestSchedule
     from autosched.tuner import Progress as TuneProgress
     from autosched.tuner import TuneReport
     from autosched.workload import Workload
@@ -359,7 +359,7 @@ def export_schedule(
     A model file exports compiled with its tasks' best schedules: a library (a Relax VM
     executable and its JSON sidecar) or a MetaSchedule database.
     """
-    from autosched.export import ExportFormat, export
+    from autosched.exports.kernels import ExportFormat, export
     from autosched.target import parse_target
 
     if model_job is not None:
@@ -420,7 +420,7 @@ def _local_best(
     """The best schedule of ``spec`` on ``target`` in the local log, with the nearest hardware's
     record as ``fallback`` (this machine's records matching at the device level), retimed here
     with ``retime``."""
-    from autosched.export import best_schedule
+    from autosched.exports.kernels import best_schedule
     from autosched.measure import LocalMeasurer
     from autosched.target import device_fingerprint
 
@@ -496,7 +496,7 @@ def _fetch_best(
     from dataclasses import replace
 
     from autosched.client.http import ServiceClient
-    from autosched.export import replay
+    from autosched.exports.kernels import replay
     from autosched.fallback import FallbackLevel
 
     with ServiceClient(server, token) as client:

@@ -3,18 +3,16 @@ TVM's ``MetaScheduleApplyDatabase`` applies to the fused model (tasks without a 
 whose schedule TVM cannot build, keep the default); weights a schedule stores in a layout of its
 own are packed once, as the model is built (``SplitLayoutRewritePreproc``, then ``FoldConstant``
 on the bound weights, as TVM's ``cpu_weight_prepack`` does); the Relax VM executable, its outputs
-checked against the framework's own on random inputs, and the files a model exports to (a
-library with its JSON sidecar, or the database).
+checked against the framework's own on random inputs. The files a model exports to are written
+by ``autosched.exports.models``.
 
 Nothing here tunes or writes to the log; schedules are read from it.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -24,7 +22,7 @@ from tvm.relax.backend.cpu_generic import pipeline as cpu_backend
 from tvm.relax.backend.cuda import pipeline as cuda_backend
 from tvm.s_tir import dlight as dl
 from tvm.s_tir.meta_schedule.arg_info import ArgInfo
-from tvm.s_tir.meta_schedule.database import Database, JSONDatabase, MemoryDatabase, TuningRecord
+from tvm.s_tir.meta_schedule.database import Database, MemoryDatabase, TuningRecord
 
 from autosched.errors import UserError
 from autosched.log import TuningLog
@@ -336,90 +334,6 @@ def check_outputs(model: Model, executable: tvm.runtime.Module, target: dict) ->
         if out.size:
             worst = max(worst, float(np.max(np.abs(out.astype(np.float64) - ref))))
     return OutputCheck(model.reference_name, len(got), worst)
-
-
-def output_specs(model: Model) -> list[dict[str, object]]:
-    """Name, shape and dtype of each output of ``model``'s main."""
-    returned = model.mod["main"].ret_ty
-    leaves = list(returned.fields) if isinstance(returned, relax.TupleType) else [returned]
-    specs: list[dict[str, object]] = []
-    for index, leaf in enumerate(leaves):
-        tensor = isinstance(leaf, relax.TensorType)
-        shape = None
-        if tensor and isinstance(leaf.shape, relax.ShapeExpr):
-            shape = [int(dim) for dim in leaf.shape.values]
-        dtype = str(leaf.dtype) if tensor else None
-        name = model.output_names[index] if index < len(model.output_names) else f"output{index}"
-        specs.append({"name": name, "shape": shape, "dtype": dtype})
-    return specs
-
-
-def export_library(
-    model: Model,
-    executable: relax.VMExecutable,
-    schedules: Sequence[TaskSchedule],
-    target: dict,
-    check: OutputCheck,
-    output: Path,
-) -> list[Path]:
-    """Write the executable as ``output`` (a ``.so`` that ``tvm.runtime.load_module`` loads and
-    ``relax.VirtualMachine`` runs) and its sidecar ``output.json``: inputs, outputs, target,
-    tasks and the output check.
-
-    Raises:
-        UserError: ``output`` does not end in ``.so`` or cannot be written.
-    """
-    if output.suffix != ".so":
-        raise UserError(f"a library export needs an output path ending in .so, not {output}")
-    try:
-        output.parent.mkdir(parents=True, exist_ok=True)
-        executable.export_library(str(output))
-        sidecar = output.with_suffix(".json")
-        document = {
-            "model": model.name,
-            "format": model.format.value,
-            "function": "main",
-            "target": canonical_target(target),
-            "inputs": [spec.as_json() for spec in model.inputs],
-            "outputs": output_specs(model),
-            "tasks": [_task_json(schedule) for schedule in schedules],
-            "check": check.as_json(),
-        }
-        sidecar.write_text(json.dumps(document, indent=2) + "\n")
-    except OSError as error:
-        raise UserError(f"cannot write {output}: {error.strerror or error}") from None
-    return [output, sidecar]
-
-
-def export_database(schedules: Sequence[TaskSchedule], target: dict, output: Path) -> list[Path]:
-    """Write the tasks' best schedules as a MetaSchedule JSON database directory, which TVM's
-    ``MetaScheduleApplyDatabase`` applies to the model fused as `scheduled_module` fuses it (the
-    README spells out the passes).
-
-    Raises:
-        UserError: ``output`` is a file or cannot be written.
-    """
-    if output.exists() and not output.is_dir():
-        raise UserError(f"{output} is a file; a MetaSchedule database is written as a directory")
-    try:
-        output.mkdir(parents=True, exist_ok=True)
-        fill_database(JSONDatabase(work_dir=str(output)), schedules, target)
-    except OSError as error:
-        raise UserError(f"cannot write {output}: {error.strerror or error}") from None
-    return [output / "database_workload.json", output / "database_tuning_record.json"]
-
-
-def _task_json(schedule: TaskSchedule) -> dict[str, object]:
-    record = schedule.record
-    return {
-        "name": schedule.task.name,
-        "workload_key": schedule.task.key,
-        "weight": schedule.task.weight,
-        "latency_us": None
-        if record is None or record.median_secs is None
-        else record.median_secs * 1e6,
-        "default_schedule": schedule.reason,
-    }
 
 
 def _one_line(error: BaseException) -> str:

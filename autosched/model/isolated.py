@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from autosched.errors import ServiceUnavailable, TooLarge, UserError
+from autosched.exports.models import output_specs
 from autosched.measure.child import ChildDied, ChildProcess, ChildTimeout, RequestFailed
 from autosched.measure.forkserver import ForkServerLost
 from autosched.measure.serving import ResourceLimits
@@ -28,7 +29,6 @@ from autosched.model.compile import (
     TaskSchedule,
     check_outputs,
     compile_model,
-    output_specs,
 )
 from autosched.model.load import InputSpec, Model, ModelFormat, import_onnx, load_model
 from autosched.model.onnx_bounds import TensorBounds

@@ -13,7 +13,7 @@ from typing import Any
 
 from autosched.admission import admit_program, program_json
 from autosched.errors import Conflict, NotFound, UserError
-from autosched.export import best_schedule as nearest_best
+from autosched.exports.kernels import best_schedule as nearest_best
 from autosched.log import TuningLog
 from autosched.log.leases import LeaseQueue
 from autosched.protocol import BestPublic, RecordPublic, TargetPublic, WorkloadIn, WorkloadPublic

@@ -1,15 +1,13 @@
-"""Export of tuned schedules in the forms that users and TVM consume.
+"""Export of a kernel's tuned schedule in the forms that users and TVM consume.
 
 - ``tvmscript``: the best scheduled PrimFunc as TVMScript text;
 - ``metaschedule-db``: a MetaSchedule JSON database directory that TVM's own flows load;
-- ``library``: a compiled shared library with its manifest, the JSON beside it that
-  ``autosched.runtime`` loads it by: its function's arguments, and how the tuner ran it (the
-  threads of TVM's pool, the timing protocol), as a model library's manifest says too.
+- ``library``: a compiled shared library with its manifest (``manifest``), the JSON beside it
+  that ``autosched.runtime`` loads it by: its function's arguments, and how the tuner ran it.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -23,18 +21,17 @@ from tvm.s_tir import Schedule
 from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 from tvm.s_tir.meta_schedule.database import JSONDatabase, TuningRecord
 
-from autosched import runtime
 from autosched.errors import UserError
+from autosched.exports.manifest import artefact_header
 from autosched.fallback import Fallback, FallbackLevel, nearest, replay_problem
-from autosched.finals.ranking import ROUNDS, Interval
+from autosched.finals.ranking import Interval
 from autosched.intrinsics import use_tensor_intrinsics
 from autosched.log import TuningLog
 from autosched.log.tables import FinalistTiming
-from autosched.measure.config import MeasureConfig
 from autosched.measure.local import Measurer
 from autosched.records import RecordView, TunedRecord
 from autosched.schedule import apply_trace
-from autosched.target import canonical_target, target_key, thread_env, to_tvm_target
+from autosched.target import canonical_target, target_key, to_tvm_target
 from autosched.workload import Workload
 
 
@@ -268,52 +265,3 @@ def _export_library(best: BestSchedule, output: Path) -> list[Path]:
     sidecar = output.with_suffix(".json")
     sidecar.write_text(json.dumps(manifest, indent=2) + "\n")
     return [output, sidecar]
-
-
-def artefact_header(kind: str, library: Path, target: dict, *, cold: bool) -> dict[str, object]:
-    """The fields of a manifest that ``autosched.runtime`` runs the library by: its kind and
-    file, its function, and how the tuner ran its programs on ``target``: the device, the threads
-    of TVM's pool (``autosched.target.thread_env``; None where the target left it to TVM) and the
-    timing protocol of a final (``cold``: the CPU caches flushed before each call)."""
-    threads = thread_env(target).get(runtime.THREADS_VARIABLE)
-    config = MeasureConfig()
-    return {
-        "manifest": runtime.MANIFEST,
-        "manifest_version": runtime.MANIFEST_VERSION,
-        "kind": kind,
-        "library": library.name,
-        "function": "main",
-        "runtime": {
-            "device": "cuda" if target.get("kind") == "cuda" else "cpu",
-            "num_threads": None if threads is None else int(threads),
-        },
-        "timing": {
-            "warmup": config.warmup,
-            "min_repeat_ms": config.min_repeat_ms,
-            "rounds": ROUNDS,
-            "cold": cold,
-        },
-    }
-
-
-def complete_model_manifest(sidecar: Path, target: dict, source: Path) -> None:
-    """Make the sidecar of a model library (``autosched.model.compile.export_library``) its
-    manifest: the header `artefact_header` writes, and the model file it was compiled from (its
-    path and SHA-256, for a peer to run the same model). The whole model is timed warm; its
-    kernels were tuned cache-cold, one by one.
-
-    Raises:
-        UserError: the sidecar or the model file cannot be read or written.
-    """
-    try:
-        document = json.loads(sidecar.read_text())
-        digest = hashlib.sha256(source.read_bytes()).hexdigest()
-        header = artefact_header("model", sidecar.with_suffix(".so"), target, cold=False)
-        manifest = {
-            **header,
-            **document,
-            "source": {"path": str(source.resolve()), "sha256": digest},
-        }
-        sidecar.write_text(json.dumps(manifest, indent=2) + "\n")
-    except OSError as error:
-        raise UserError(f"cannot write {sidecar}: {error.strerror or error}") from None

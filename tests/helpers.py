@@ -1,7 +1,7 @@
 """Helpers shared by the tests: a free loopback port, waiting for a condition, running the
 `autosched` command line in a process of its own (``conftest.cli`` runs it in-process),
-threads released at once, process pool children started as autosched's processes are, and this
-machine's target on one core."""
+threads released at once, process pool children started as autosched's processes are, this
+machine's target on one core, and a job started on a tuning log."""
 
 from __future__ import annotations
 
@@ -20,6 +20,8 @@ from typing import TypeVar
 import psutil
 import pytest
 
+from autosched.log import TuningLog
+from autosched.log.jobs import JobStore
 from autosched.target import host_target
 from autosched.torch_guard import keep_torch_out
 
@@ -52,6 +54,28 @@ def one_core_target() -> dict:
     threads wait on each other at every barrier), whatever its schedule.
     """
     return {**host_target(), "num-cores": 1}
+
+
+def start_job(
+    log: TuningLog,
+    workload_id: int,
+    target_id: int,
+    trials: int,
+    *,
+    batch_size: int | None = None,
+    strategy: str = "random",
+    seed: int | None = 0,
+) -> int:
+    """A job of ``trials`` candidates started on ``log`` as `autosched tune` starts one, measuring
+    ``batch_size`` a batch (all of them at once by default); returns its id."""
+    return JobStore(log).start_job(
+        workload_id=workload_id,
+        target_id=target_id,
+        trials=trials,
+        batch_size=trials if batch_size is None else batch_size,
+        strategy=strategy,
+        seed=seed,
+    )
 
 
 def free_port() -> int:

@@ -11,8 +11,9 @@ import gzip
 import json
 from pathlib import Path
 
+from helpers import start_job
+
 from autosched.log import TuningLog
-from autosched.log.jobs import JobStore
 from autosched.log.subjects import ensure_subject
 from autosched.records import CandidateResult, ErrorKind, MeasureResult
 from autosched.workloads import get_workload
@@ -52,13 +53,13 @@ def load_recording(path: Path, log: TuningLog, target: dict | None = None) -> li
     for item in workloads:
         workload = get_workload(item["name"], item["params"])
         stored, stored_target = ensure_subject(log, workload, target or item["target"])
-        job = JobStore(log).start_job(
-            workload_id=stored.id,
-            target_id=stored_target.id,
-            trials=len(item["records"]),
+        job = start_job(
+            log,
+            stored.id,
+            stored_target.id,
+            len(item["records"]),
             batch_size=32,
             strategy="evolutionary",
-            seed=0,
         )
         log.record_batch(
             job,

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from helpers import start_job
+
 from autosched.log import TuningLog
 from autosched.log.jobs import JobStore
 from autosched.log.leases import LeaseQueue
@@ -83,14 +85,7 @@ def test_tune_counts_only_the_measurements_it_stored(log: TuningLog) -> None:
     target = host_target()
     workload = get_workload("matmul", SHAPE)
     stored_workload, stored_target = ensure_subject(log, workload, target)
-    rival = JobStore(log).start_job(
-        workload_id=stored_workload.id,
-        target_id=stored_target.id,
-        trials=100,
-        batch_size=4,
-        strategy="random",
-        seed=None,
-    )
+    rival = start_job(log, stored_workload.id, stored_target.id, 100, batch_size=4, seed=None)
     measurer = RacedMeasurer(log, rival)
     options = TuneOptions(trials=8, batch_size=4, seed=3, strategy="random")
     report = tune(workload, target, log, measurer, options)

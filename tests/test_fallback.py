@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import Cli
+from helpers import Cli, start_job
 from sqlalchemy import select
 from tvm import te
 from tvm.s_tir import Schedule
@@ -73,14 +73,7 @@ def record(
 ) -> None:
     """A verified measurement of ``workload`` vectorized ``lanes`` wide, on ``machine``."""
     stored, stored_target = ensure_subject(log, workload, target)
-    job = JobStore(log).start_job(
-        workload_id=stored.id,
-        target_id=stored_target.id,
-        trials=1,
-        batch_size=1,
-        strategy="random",
-        seed=0,
-    )
+    job = start_job(log, stored.id, stored_target.id, 1)
     trace, digest = vectorized(workload, lanes)
     device = log.ensure_device({"kind": "llvm", **machine})
     result = MeasureResult(samples=(secs,))
@@ -151,14 +144,7 @@ def test_a_record_that_no_longer_replays_is_reported_and_passed_over(
 ) -> None:
     log, workload = tuned
     stored, target = ensure_subject(log, workload, ALDERLAKE)
-    job = JobStore(log).start_job(
-        workload_id=stored.id,
-        target_id=target.id,
-        trials=2,
-        batch_size=2,
-        strategy="random",
-        seed=0,
-    )
+    job = start_job(log, stored.id, target.id, 2)
     broken = json.dumps([[["NoSuchInstruction", [], [], []]], []])
     trace, digest = vectorized(workload, 4)
     log.record_batch(

@@ -20,7 +20,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.config import Config
 from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from helpers import run_at_once, start_like_autosched
+from helpers import run_at_once, start_job, start_like_autosched
 from sqlalchemy import Engine, create_engine, inspect, make_url, text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.pool import NullPool
@@ -66,25 +66,18 @@ def _programs(log: TuningLog, workload_id: int, target_id: int) -> set[str]:
     return {record.program_hash for record in log.records(workload_id, target_id)}
 
 
-def start_job(log: TuningLog, workload_key: str = "w1", target_key: str = "llvm") -> Job:
+def matmul_job(log: TuningLog, workload_key: str = "w1", target_key: str = "llvm") -> Job:
     workload = log.ensure_workload(
         key=workload_key, name="matmul", params={"n": 64}, tvmscript="# tir", flops=2.0e6
     )
     target = log.ensure_target(key=target_key, kind="llvm", target_json={"kind": "llvm"})
-    job_id = JobStore(log).start_job(
-        workload_id=workload.id,
-        target_id=target.id,
-        trials=16,
-        batch_size=4,
-        strategy="random",
-        seed=0,
-    )
+    job_id = start_job(log, workload.id, target.id, 16, batch_size=4)
     return Job(job_id, workload.id, target.id)
 
 
 @pytest.fixture
 def job(log: TuningLog) -> Job:
-    return start_job(log)
+    return matmul_job(log)
 
 
 def timed(
@@ -386,14 +379,7 @@ def test_recording_the_same_batch_twice_changes_nothing(log: TuningLog, job: Job
     before = state()
 
     assert log.record_batch(job.id, batch) == 0
-    other_job = JobStore(log).start_job(
-        workload_id=job.workload_id,
-        target_id=job.target_id,
-        trials=4,
-        batch_size=4,
-        strategy="random",
-        seed=None,
-    )
+    other_job = start_job(log, job.workload_id, job.target_id, 4, seed=None)
     assert log.record_batch(other_job, batch) == 0
 
     assert state() == before
@@ -437,9 +423,9 @@ def test_a_batch_that_fails_midway_leaves_nothing(
 
 
 def test_summary_counts_trials_and_failures_per_workload_and_target(log: TuningLog) -> None:
-    job_a = start_job(log, "wa", "llvm")
-    job_b = start_job(log, "wb", "cuda")
-    start_job(log, "wc", "llvm")  # no candidates: not in the summary
+    job_a = matmul_job(log, "wa", "llvm")
+    job_b = matmul_job(log, "wb", "cuda")
+    matmul_job(log, "wc", "llvm")  # no candidates: not in the summary
     log.record_batch(job_a.id, [timed("1", 2.0), timed("2", 1.0), failed("3", ErrorKind.BUILD)])
     log.record_batch(job_b.id, [failed("1", ErrorKind.RUN), timed("2", 0.5, verified=False)])
 

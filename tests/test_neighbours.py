@@ -9,6 +9,7 @@ import math
 from pathlib import Path
 
 import pytest
+from helpers import start_job
 
 from autosched.log import TuningLog
 from autosched.log.jobs import JobStore
@@ -143,14 +144,7 @@ def _record(log: TuningLog, workload: Workload, target: dict, trace_json: str) -
     """Store one verified measurement of ``trace_json`` as if a job had measured it."""
     stored_workload, stored_target = ensure_subject(log, workload, target)
     jobs = JobStore(log)
-    job = jobs.start_job(
-        workload_id=stored_workload.id,
-        target_id=stored_target.id,
-        trials=1,
-        batch_size=1,
-        strategy="evolutionary",
-        seed=0,
-    )
+    job = start_job(log, stored_workload.id, stored_target.id, 1, strategy="evolutionary")
     result = MeasureResult(samples=(1e-5, 1e-5))
     log.record_batch(job, [CandidateResult(trace_json, "h" * 32, result, verified=True)])
     jobs.end_job(job, JobStatus.FINISHED)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import tvm
-from helpers import Cli, on_postgresql, on_sqlite
+from helpers import Cli, on_postgresql, on_sqlite, start_job
 from sqlalchemy import func, select, update
 
 from autosched.admission import program_json
@@ -21,7 +21,6 @@ from autosched.errors import Conflict, UserError
 from autosched.finals.ranking import Entrant, rank_finalists
 from autosched.finals.timings import FinalistStore
 from autosched.log import TuningLog
-from autosched.log.jobs import JobStore
 from autosched.log.portable import Limits, Selection, Tally, export_log, import_log
 from autosched.log.provenance import autosched_version
 from autosched.log.subjects import ensure_subject
@@ -59,14 +58,7 @@ def fill(
     workload = get_workload("matmul", shape)
     stored, target = ensure_subject(log, workload, TARGET)
     device = log.ensure_device(machine)
-    job = JobStore(log).start_job(
-        workload_id=stored.id,
-        target_id=target.id,
-        trials=len(programs),
-        batch_size=len(programs),
-        strategy="random",
-        seed=0,
-    )
+    job = start_job(log, stored.id, target.id, len(programs))
     results = []
     for i in programs:
         started = T0 + timedelta(seconds=i)
@@ -122,6 +114,15 @@ def snapshot(log: TuningLog) -> dict[str, object]:
         uids = sorted(session.scalars(select(Measurement.uid)))
     best = [(row.workload_name, row.best_latency_secs) for row in log.summary()]
     return {"counts": counts, "uids": uids, "best": best}
+
+
+def assert_refused_whole(log: TuningLog, file: Path, message: str) -> None:
+    """Importing ``file`` is refused with one line that says ``message``, and changes nothing."""
+    before = snapshot(log)
+    with pytest.raises(UserError) as refused:
+        import_log(log, file)
+    assert message in str(refused.value) and "\n" not in str(refused.value)
+    assert snapshot(log) == before
 
 
 def rewrite(source: Path, target: Path, change: dict[int, dict | None]) -> Path:
@@ -293,11 +294,7 @@ def test_a_damaged_file_is_refused_in_one_line_and_nothing_is_imported(
         rewrite(exported, bad, {4: {**lines[4], "samples": [-1.0]}})
     else:
         rewrite(exported, bad, {4: {**lines[4], "device": "0" * 64}})
-    before = snapshot(log)
-    with pytest.raises(UserError) as refused:
-        import_log(log, bad)
-    assert message in str(refused.value) and "\n" not in str(refused.value)
-    assert snapshot(log) == before
+    assert_refused_whole(log, bad, message)
 
 
 @on_sqlite
@@ -497,11 +494,7 @@ def test_a_final_naming_what_the_file_lacks_is_refused_and_nothing_is_imported(
         forged = {**final, "device": "0" * 64}
     lines[0]["created_at"] = T0.isoformat()
     bad = rewrite(file, tmp_path / "bad.jsonl.gz", {0: lines[0], number: forged})
-    before = snapshot(log)
-    with pytest.raises(UserError) as refused:
-        import_log(log, bad)
-    assert message in str(refused.value) and "\n" not in str(refused.value)
-    assert snapshot(log) == before
+    assert_refused_whole(log, bad, message)
 
 
 @on_sqlite

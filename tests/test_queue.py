@@ -8,6 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 
 import pytest
+from helpers import start_job
 
 from autosched.errors import UserError
 from autosched.log import TuningLog
@@ -80,14 +81,7 @@ def test_a_job_tuned_on_one_machine_is_never_claimed_by_a_service_engine(log: Tu
     workload = log.ensure_workload(key="w", name="matmul", params={}, tvmscript="", flops=None)
     target = log.ensure_target(key="t", kind="llvm", target_json=TARGET)
     jobs = JobStore(log)
-    local = jobs.start_job(
-        workload_id=workload.id,
-        target_id=target.id,
-        trials=4,
-        batch_size=4,
-        strategy="evolutionary",
-        seed=0,
-    )
+    local = start_job(log, workload.id, target.id, 4, strategy="evolutionary")
     assert jobs.claim_jobs("engine-1", ttl_secs=0.01) == []
     time.sleep(0.05)
     assert jobs.claim_jobs("engine-1", ttl_secs=60) == []

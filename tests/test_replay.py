@@ -9,10 +9,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from helpers import start_job
 
 from autosched.errors import UserError
 from autosched.log import TuningLog
-from autosched.log.jobs import JobStore
 from autosched.log.subjects import ensure_subject
 from autosched.measure import LocalMeasurer, MeasureConfig
 from autosched.records import (
@@ -232,13 +232,8 @@ def _record(
 ) -> None:
     """Store ``results`` (trace -> result) as one job's measurements."""
     stored_workload, stored_target = ensure_subject(log, workload, target)
-    job = JobStore(log).start_job(
-        workload_id=stored_workload.id,
-        target_id=stored_target.id,
-        trials=len(results),
-        batch_size=len(results),
-        strategy="evolutionary",
-        seed=None,
+    job = start_job(
+        log, stored_workload.id, stored_target.id, len(results), strategy="evolutionary", seed=None
     )
     log.record_batch(
         job,

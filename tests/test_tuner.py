@@ -80,14 +80,9 @@ def test_hanging_and_crashing_candidates_are_recorded_and_tuning_finishes(tmp_pa
     target = host_target()
     log = TuningLog(f"sqlite:///{tmp_path / 'log.db'}")
     measurer = SabotageMeasurer(target, {"crash": 1, "hang": 2})
+    options = TuneOptions(trials=6, batch_size=6, seed=3, finalists=0)
     try:
-        report = tune(
-            workload,
-            target,
-            log,
-            measurer,
-            TuneOptions(trials=6, batch_size=6, seed=3, finalists=0),
-        )
+        report = tune(workload, target, log, measurer, options)
         records = log.records(*_ids(log, workload, target))
     finally:
         measurer.close()
@@ -258,14 +253,9 @@ def test_a_program_whose_epilogue_cannot_be_fused_is_still_tuned(tmp_path) -> No
     target = host_target()
     log = TuningLog(f"sqlite:///{tmp_path / 'log.db'}")
     measurer = FaultyMeasurer(target, FAST, {})
+    options = TuneOptions(trials=3, batch_size=3, seed=6, finalists=0)
     try:
-        report = tune(
-            workload,
-            target,
-            log,
-            measurer,
-            TuneOptions(trials=3, batch_size=3, seed=6, finalists=0),
-        )
+        report = tune(workload, target, log, measurer, options)
     finally:
         measurer.close()
         log.close()

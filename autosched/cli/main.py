@@ -20,6 +20,7 @@ from typer.exceptions import TyperException
 from autosched.cli import tune
 from autosched.cli.bench import bench_app
 from autosched.cli.costmodel import model_app
+from autosched.cli.export import export_schedule
 from autosched.cli.logfile import log_app
 from autosched.cli.run import run_artefact
 from autosched.client.commands import status, submit
@@ -39,7 +40,7 @@ app = typer.Typer(
 app.command()(tune.tune)
 app.command()(tune.workloads)
 app.add_typer(log_app, name="log")
-app.command("export")(tune.export_schedule)
+app.command("export")(export_schedule)
 app.command("run")(run_artefact)
 app.command()(tune.check)
 app.command()(tune.calibrate)

@@ -1,8 +1,9 @@
-"""`autosched tune MODEL_FILE` and `autosched export MODEL_FILE`: whole models (ONNX, PyTorch
-``.pt2``, Relax TVMScript) tuned on this machine and exported compiled.
+"""`autosched tune MODEL_FILE` and `autosched log models`: whole models (ONNX, PyTorch ``.pt2``,
+Relax TVMScript) tuned on this machine, and the models a log holds (their export is
+``autosched.cli.export``'s).
 
-`tune` and `export` in ``autosched.cli.tune`` hand a first argument ending in ``.onnx``, ``.pt2``
-or ``.py`` to these. The model is imported and its tasks extracted before the log is opened, so
+`tune` in ``autosched.cli.tune`` hands a first argument ending in ``.onnx``, ``.pt2`` or ``.py``
+to these. The model is imported and its tasks extracted before the log is opened, so
 bad input writes nothing.
 """
 
@@ -20,7 +21,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from autosched.cli.options import open_log
-from autosched.errors import Cancelled, UserError
+from autosched.errors import Cancelled
 from autosched.signals import stop_on_signals
 
 if TYPE_CHECKING:
@@ -156,125 +157,6 @@ def _print_model_report(report: ModelTuneReport) -> None:
         highlight=False,
         soft_wrap=True,
     )
-
-
-def export_model_file(
-    path: Path,
-    inputs: list[str],
-    format_name: str,
-    output: Path,
-    target: str | None,
-    db: str | None,
-) -> None:
-    """Export the model at ``path`` compiled with the log's best schedules of its tasks: a Relax
-    VM library and its manifest (outputs checked first), or a MetaSchedule database."""
-    from autosched.exports.models import (
-        complete_model_manifest,
-        export_database,
-        export_library,
-    )
-    from autosched.model.compile import (
-        OutputMismatch,
-        best_schedules,
-        check_outputs,
-        compile_model,
-    )
-    from autosched.model.load import load_model
-    from autosched.model.tasks import extract_tasks
-    from autosched.target import parse_target
-
-    if format_name not in ("library", "metaschedule-db"):
-        raise UserError(f"a model exports as library or metaschedule-db, not {format_name!r}")
-    target_json = parse_target(target)
-    model = load_model(path, inputs)
-    tasks = extract_tasks(model, target_json)
-    log = open_log(db, must_exist=True, read_only=True)
-    try:
-        schedules = best_schedules(log, tasks, target_json)
-    finally:
-        log.close()
-    if all(schedule.record is None for schedule in schedules):
-        raise UserError(
-            f"the tuning log has no tuned schedule of any task of {model.name} for this target; "
-            "run `autosched tune` on the model first"
-        )
-    for schedule in schedules:
-        if schedule.reason is not None:
-            _err.print(
-                f"note: {escape(schedule.task.name)} keeps the default schedule: "
-                f"{escape(schedule.reason)}",
-                highlight=False,
-            )
-    if format_name == "metaschedule-db":
-        written = export_database(schedules, target_json, output)
-    else:
-        executable = compile_model(model, schedules, target_json)
-        try:
-            check = check_outputs(model, executable, target_json)
-        except OutputMismatch as error:
-            _err.print(f"[red]error:[/red] {escape(str(error))}", highlight=False, soft_wrap=True)
-            raise typer.Exit(code=1) from None
-        written = export_library(model, executable, schedules, target_json, check, output)
-        complete_model_manifest(written[1], target_json, path)
-    for written_path in written:
-        _out.print(f"wrote {escape(str(written_path))}")
-
-
-def export_model_job(
-    server: str,
-    token: str | None,
-    model_id: int,
-    source: Path | None,
-    output: Path,
-    target: str | None,
-) -> None:
-    """Fetch a server's model job compiled with its tasks' best schedules: the library as
-    ``output`` and its manifest beside it, naming ``source`` (the local copy of the file the
-    model job tuned, checked by its SHA-256) for `autosched run --compare` to run beside it.
-
-    Raises:
-        UserError: ``output`` does not end in ``.so`` or cannot be written, ``source`` is not the
-            model job's file, or the server refuses (no such model job, a failed one).
-    """
-    import hashlib
-
-    from autosched import runtime
-    from autosched.client.http import ServiceClient
-
-    if output.suffix != ".so":
-        raise UserError(
-            f"a model job exports as a library: give an output ending in .so, not {output}"
-        )
-    with ServiceClient(server, token) as client:
-        manifest = client.model_manifest(model_id, target)
-        library = client.model_library(model_id, target)
-    if source is not None:
-        try:
-            digest = hashlib.sha256(source.read_bytes()).hexdigest()
-        except OSError as error:
-            raise UserError(f"cannot read {source}: {error.strerror or error}") from None
-        stored = manifest.get("source")
-        if not isinstance(stored, dict) or stored.get("sha256") != digest:
-            raise UserError(
-                f"{source} is not the file model job {model_id} tuned (another SHA-256)"
-            )
-        manifest["source"] = {**stored, "path": str(source.resolve())}
-    manifest["library"] = output.name
-    sidecar = output.with_suffix(".json")
-    try:
-        output.parent.mkdir(parents=True, exist_ok=True)
-        output.write_bytes(library)
-        sidecar.write_text(json.dumps(manifest, indent=2) + "\n")
-    except OSError as error:
-        raise UserError(f"cannot write {output}: {error.strerror or error}") from None
-    try:
-        runtime.read_manifest(output)  # what the server sent is a manifest the loader reads
-    except UserError:
-        output.unlink(missing_ok=True)
-        sidecar.unlink(missing_ok=True)
-        raise
-    for written in (output, sidecar):
-        _out.print(f"wrote {escape(str(written))}")
 
 
 def show_models(db: str | None, as_json: bool) -> None:

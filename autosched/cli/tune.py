@@ -1,4 +1,4 @@
-"""The commands that work on this machine alone: tune, workloads, export, check, calibrate.
+"""The commands that work on this machine alone: tune, workloads, check, calibrate.
 
 Bad input ends with a one-line error and exit code 2, before anything is written to the log.
 Heavy modules (TVM, the log) are imported inside the commands that need them.
@@ -21,8 +21,6 @@ from rich.table import Table
 from autosched.cli.models import (
     InputOpt,
     WorkloadOrModelArg,
-    export_model_file,
-    export_model_job,
     tune_model_file,
 )
 from autosched.cli.options import (
@@ -30,7 +28,6 @@ from autosched.cli.options import (
     FileOpt,
     JsonOpt,
     ParamOpt,
-    TokenOpt,
     WorkloadArg,
     open_log,
 )
@@ -43,7 +40,6 @@ from autosched.signals import stop_on_signals
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from autosched.exports.kernels import BestSchedule
     from autosched.tuner import Progress as TuneProgress
     from autosched.tuner import TuneReport
     from autosched.workload import Workload
@@ -60,7 +56,7 @@ TargetOpt = Annotated[
 ]
 
 
-def _resolve_workload(name: str, params: list[str] | None, file: Path | None) -> Workload:
+def resolve_workload(name: str, params: list[str] | None, file: Path | None) -> Workload:
     from autosched.workload import load_workload_file
     from autosched.workloads import get_workload, parse_param_overrides
 
@@ -139,7 +135,7 @@ def tune(
     if model_input:
         raise UserError("--input sets a model file's input shapes; a workload takes -p")
     batch = batch or 64
-    spec = _resolve_workload(workload, param, file)
+    spec = resolve_workload(workload, param, file)
     target_json = parse_target(target)
     log = open_log(db, must_exist=False)
     stop = threading.Event()
@@ -305,143 +301,6 @@ def workloads(as_json: JsonOpt = False) -> None:
     _out.print(table)
 
 
-def export_schedule(
-    workload: WorkloadOrModelArg = DEFAULT_WORKLOAD,
-    format_name: Annotated[
-        str | None,
-        typer.Option(
-            "--format",
-            help="tvmscript | metaschedule-db | library [a workload: tvmscript; a model: library]",
-        ),
-    ] = None,
-    output: Annotated[
-        Path | None,
-        typer.Option("--output", "-o", help="Where to write [out.py; a model: its name with .so]."),
-    ] = None,
-    param: ParamOpt = None,
-    file: FileOpt = None,
-    target: TargetOpt = None,
-    db: DbOpt = None,
-    server: Annotated[
-        str | None,
-        typer.Option("--server", help="Export from this autosched server instead of a database."),
-    ] = None,
-    token: TokenOpt = None,
-    model_job: Annotated[
-        int | None,
-        typer.Option(
-            "--model-job",
-            min=1,
-            help="With --server: a model job's library and manifest (the model file, where "
-            "given, is checked to be the one it tuned, for `autosched run --compare`).",
-        ),
-    ] = None,
-    fallback: Annotated[
-        bool,
-        typer.Option(
-            "--fallback",
-            help="Without a record for the target, take the nearest hardware's: the same "
-            "device, processor model or ISA family (the level is printed).",
-        ),
-    ] = False,
-    retime: Annotated[
-        bool,
-        typer.Option(
-            "--retime", help="With --fallback: measure the nearest records here, keep the fastest."
-        ),
-    ] = False,
-    model_input: InputOpt = None,
-) -> None:
-    """Export the best schedule of a workload: TVMScript, a MetaSchedule database or a library.
-
-    With --server, from a tuning server; --target then names a kind, target JSON or target key;
-    with --model-job, a model job's library.
-    A model file exports compiled with its tasks' best schedules: a library (a Relax VM
-    executable and its JSON sidecar) or a MetaSchedule database.
-    """
-    from autosched.exports.kernels import ExportFormat, export
-    from autosched.target import parse_target
-
-    if model_job is not None:
-        if server is None:
-            raise UserError("--model-job names a model job of a server; give --server")
-        if param or file is not None or db is not None or fallback or retime or model_input:
-            raise UserError("a model job exports from its server with --target only")
-        if format_name not in (None, "library"):
-            raise UserError(f"a model job exports as a library, not {format_name!r}")
-        if workload != DEFAULT_WORKLOAD and not is_model_file(workload):
-            raise UserError(f"{workload} is not a model file; give the one the model job tuned")
-        source = Path(workload) if is_model_file(workload) else None
-        named = output or Path(f"{source.stem if source else f'model-job-{model_job}'}.so")
-        export_model_job(server, token, model_job, source, named, target)
-        return
-    if is_model_file(workload):
-        if param or file is not None or server is not None or fallback or retime:
-            raise UserError("a model file exports from the local log with --input only")
-        model_format = format_name or "library"
-        named = output or Path(f"{Path(workload).stem}.so")
-        export_model_file(Path(workload), model_input or [], model_format, named, target, db)
-        return
-    if model_input:
-        raise UserError("--input sets a model file's input shapes; a workload takes -p")
-
-    try:
-        fmt = ExportFormat(format_name or ExportFormat.TVMSCRIPT.value)
-    except ValueError:
-        choices = ", ".join(f.value for f in ExportFormat)
-        raise UserError(f"unknown export format {format_name!r}; choose one of {choices}") from None
-    if retime and not fallback:
-        raise UserError("--retime measures the records --fallback finds; give --fallback too")
-    spec = _resolve_workload(workload, param, file)
-    if server is not None:
-        if db is not None:
-            raise UserError("give --db or --server, not both")
-        if retime:
-            raise UserError("--retime measures on this machine; export from a local --db")
-        best = _fetch_best(server, token, spec, target, fallback=fallback)
-    else:
-        best = _local_best(db, spec, parse_target(target), fallback=fallback, retime=retime)
-    for note in best.notes:
-        _err.print(f"note: {escape(note)}", highlight=False)
-    if fallback:
-        _out.print(
-            f"matched at level {best.level.value}: tuned for "
-            f"{escape(json.dumps(best.tuned_for or best.target))}",
-            highlight=False,
-            soft_wrap=True,
-        )
-    for path in export(best, fmt, output or Path("out.py")):
-        _out.print(f"wrote {escape(str(path))}")
-
-
-def _local_best(
-    db: str | None, spec: Workload, target: dict, *, fallback: bool, retime: bool
-) -> BestSchedule:
-    """The best schedule of ``spec`` on ``target`` in the local log, with the nearest hardware's
-    record as ``fallback`` (this machine's records matching at the device level), retimed here
-    with ``retime``."""
-    from autosched.exports.kernels import best_schedule
-    from autosched.measure import LocalMeasurer
-    from autosched.target import device_fingerprint
-
-    machines: list[dict] = []
-    if fallback:
-        try:
-            machines = [device_fingerprint(target)]
-        except UserError:  # a CUDA target on a machine without a GPU: no device to match
-            machines = []
-    log = open_log(db, must_exist=True, read_only=True)
-    measurer = LocalMeasurer(target) if retime else None
-    try:
-        return best_schedule(
-            log, spec, target, fallback=fallback, machines=machines, retime=measurer
-        )
-    finally:
-        log.close()
-        if measurer is not None:
-            measurer.close()
-
-
 def check(
     workload: WorkloadArg,
     param: ParamOpt = None,
@@ -454,7 +313,7 @@ def check(
     from autosched.check import check_workload
     from autosched.target import parse_target
 
-    spec = _resolve_workload(workload, param, None)
+    spec = resolve_workload(workload, param, None)
     results = check_workload(spec, parse_target(target), trials=trials, seed=seed)
     if as_json:
         print(json.dumps([{"stage": r.stage, "ok": r.ok, "detail": r.detail} for r in results]))
@@ -486,25 +345,3 @@ def calibrate(target: TargetOpt = None, as_json: JsonOpt = False) -> None:
             highlight=False,
             soft_wrap=True,
         )
-
-
-def _fetch_best(
-    server: str, token: str | None, workload: Workload, target: str | None, *, fallback: bool
-) -> BestSchedule:
-    """The best schedule of ``workload`` on ``target`` (a kind, target JSON or key) from a server,
-    replayed here for export; with ``fallback``, the nearest hardware's if the target has none."""
-    from dataclasses import replace
-
-    from autosched.client.http import ServiceClient
-    from autosched.exports.kernels import replay
-    from autosched.fallback import FallbackLevel
-
-    with ServiceClient(server, token) as client:
-        found = client.workload_best(workload.key, target or "llvm", fallback=fallback)
-    asked = found.target.target_json
-    if fallback and found.level != FallbackLevel.EXACT.value:
-        from autosched.target import parse_target
-
-        asked = parse_target(target)  # a kind or key names the tuned target, not this one
-    best = replay(workload, asked, found.record.to_view())
-    return replace(best, level=FallbackLevel(found.level), tuned_for=found.target.target_json)

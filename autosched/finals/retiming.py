@@ -217,8 +217,8 @@ class Finals:
         if not finalists:
             _end(final, FinalState.FAILED, "no entrant could be timed again")
             return True
-        FinalistStore(self._log).record_in(
-            session, job.id, job.workload_id, job.target_id, device_id, finalists, checked
+        FinalistStore(self._log).record(
+            job.id, job.workload_id, job.target_id, device_id, finalists, checked, session=session
         )
         _end(final, FinalState.TIMED)
         return True

@@ -4,6 +4,7 @@ winner made the best record of its workload and target; the re-timed medians a j
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -58,60 +59,51 @@ class FinalistStore:
         device_id: int | None,
         finalists: Sequence[Finalist],
         checked: Collection[str] = (),
+        *,
+        session: Session | None = None,
     ) -> None:
         """Store ``finalists`` (ranked, the winner first) of the job; the winner becomes the best
         record of the workload and target. The best record keeps the winner's single measurement,
         so that later candidates are compared with it like with like. ``checked`` names the
         programs (by hash) whose output the final checked against the reference: their
         measurements of this log become verified, so a best record is always a verified one.
+        Stored in ``session`` where given, as part of a larger transaction.
 
         Raises:
             ValueError: a finalist's program is not a candidate of this workload and target.
         """
         if not finalists:
             return
-        with self._log.sessions.begin() as session:
-            self.record_in(session, job_id, workload_id, target_id, device_id, finalists, checked)
-
-    def record_in(
-        self,
-        session: Session,
-        job_id: int,
-        workload_id: int,
-        target_id: int,
-        device_id: int | None,
-        finalists: Sequence[Finalist],
-        checked: Collection[str] = (),
-    ) -> None:
-        """`record` in ``session``, as part of a larger transaction; ``finalists`` not empty."""
-        hashes = [finalist.program_hash for finalist in finalists]
-        found = session.execute(
-            select(Candidate.program_hash, Candidate.id).where(
-                Candidate.workload_id == workload_id,
-                Candidate.target_id == target_id,
-                Candidate.program_hash.in_(hashes),
-            )
-        )
-        ids = {program_hash: candidate_id for program_hash, candidate_id in found}
-        missing = sorted(set(hashes) - set(ids))
-        if missing:
-            raise ValueError(f"finalists that are not candidates: {', '.join(missing)}")
-        session.add_all(timing_rows(job_id, device_id, finalists, ids))
-        checked_ids = [ids[h] for h in checked if h in ids]
-        if checked_ids:
-            session.execute(
-                update(Measurement)
-                .where(
-                    Measurement.candidate_id.in_(checked_ids),
-                    Measurement.imported_at.is_(None),
+        transaction = self._log.sessions.begin() if session is None else nullcontext(session)
+        with transaction as session:
+            hashes = [finalist.program_hash for finalist in finalists]
+            found = session.execute(
+                select(Candidate.program_hash, Candidate.id).where(
+                    Candidate.workload_id == workload_id,
+                    Candidate.target_id == target_id,
+                    Candidate.program_hash.in_(hashes),
                 )
-                .values(verified=True)
-                .execution_options(synchronize_session=False)
             )
-        winner = finalists[0]
-        self._log.set_best(
-            session, workload_id, target_id, winner.first_median_secs, ids[winner.program_hash]
-        )
+            ids = {program_hash: candidate_id for program_hash, candidate_id in found}
+            missing = sorted(set(hashes) - set(ids))
+            if missing:
+                raise ValueError(f"finalists that are not candidates: {', '.join(missing)}")
+            session.add_all(timing_rows(job_id, device_id, finalists, ids))
+            checked_ids = [ids[h] for h in checked if h in ids]
+            if checked_ids:
+                session.execute(
+                    update(Measurement)
+                    .where(
+                        Measurement.candidate_id.in_(checked_ids),
+                        Measurement.imported_at.is_(None),
+                    )
+                    .values(verified=True)
+                    .execution_options(synchronize_session=False)
+                )
+            winner = finalists[0]
+            self._log.set_best(
+                session, workload_id, target_id, winner.first_median_secs, ids[winner.program_hash]
+            )
 
     def of_job(self, job_id: int) -> list[Finalist]:
         """The finalists of a job, the winner first; empty when it re-timed none."""

@@ -22,6 +22,7 @@ import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import TypedDict, Unpack
 
 from sqlalchemy import Select, Subquery, false, func, or_, select, text, update
 from sqlalchemy.orm import Session
@@ -132,20 +133,19 @@ class JobStore:
             sqlalchemy.exc.IntegrityError: If the workload or target does not exist, or ``trials``
                 or ``batch_size`` is out of range.
         """
-        now = utcnow()
-        job = TuningJob(
-            workload_id=workload_id,
-            target_id=target_id,
+        job = queued_job(
+            workload_id,
+            target_id,
+            None,
             trials=trials,
             batch_size=batch_size,
             strategy=strategy,
             seed=seed,
-            status=JobStatus.RUNNING.value,
-            created_at=now,
-            started_at=now,
-            cost_model_id=cost_model_id,
-            engine_id=LOCAL_ENGINE,
         )
+        job.status = JobStatus.RUNNING.value  # taken up at once, by the process that started it
+        job.created_at = job.started_at = utcnow()
+        job.cost_model_id = cost_model_id
+        job.engine_id = LOCAL_ENGINE
         with self._sessions.begin() as session:
             session.add(job)
             session.flush()
@@ -221,11 +221,11 @@ class JobStore:
             job = queued_job(
                 stored_workload.id,
                 stored_target.id,
+                owner,
                 trials=trials,
                 batch_size=batch_size,
                 strategy=strategy,
                 seed=seed,
-                owner=owner,
             )
             session.add(job)
             session.flush()
@@ -535,26 +535,26 @@ class JobStore:
         )
 
 
+class SearchSettings(TypedDict):
+    """How a job searches: its budget of ``trials``, measured ``batch_size`` a batch, by the
+    search ``strategy``, from the random ``seed`` (None: not reproducible)."""
+
+    trials: int
+    batch_size: int
+    strategy: str
+    seed: int | None
+
+
 def queued_job(
-    workload_id: int,
-    target_id: int,
-    *,
-    trials: int,
-    batch_size: int,
-    strategy: str,
-    seed: int | None,
-    owner: str | None,
+    workload_id: int, target_id: int, owner: str | None, **search: Unpack[SearchSettings]
 ) -> TuningJob:
     """A service job of ``owner`` to add to a session: queued, for an engine to take up."""
     return TuningJob(
         workload_id=workload_id,
         target_id=target_id,
-        trials=trials,
-        batch_size=batch_size,
-        strategy=strategy,
-        seed=seed,
         status=JobStatus.QUEUED.value,
         owner=owner,
+        **search,
     )
 
 

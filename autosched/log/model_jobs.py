@@ -231,11 +231,11 @@ class ModelJobStore:
                     job = queued_job(
                         workloads[task],
                         model.target_id,
+                        model.owner,
                         trials=trials,
                         batch_size=max(trials, 1),
                         strategy=model.strategy,
                         seed=model.seed,
-                        owner=model.owner,
                     )
                     session.add(job)
                     session.flush()

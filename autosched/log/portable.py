@@ -38,7 +38,6 @@ import hashlib
 import io
 import json
 import os
-import statistics
 import tempfile
 import zlib
 from collections.abc import Callable, Iterable, Iterator
@@ -69,7 +68,7 @@ from autosched.log.tables import (
     Workload,
     utcnow,
 )
-from autosched.records import ErrorKind, JobStatus
+from autosched.records import ErrorKind, JobStatus, MeasureResult
 from autosched.trace_check import check_trace
 
 FORMAT = "autosched-log"
@@ -240,12 +239,16 @@ class MeasurementLine(_Line):
         return trace
 
     @property
-    def ok(self) -> bool:
-        return self.error_kind is None and bool(self.samples)
-
-    @property
-    def median(self) -> float | None:
-        return statistics.median(self.samples) if self.ok else None
+    def result(self) -> MeasureResult:
+        """What the line says was measured, as the log's records hold it."""
+        return MeasureResult(
+            tuple(self.samples),
+            self.error_kind,
+            self.error_msg,
+            self.build_secs,
+            self.started_at,
+            self.finished_at,
+        )
 
 
 class BestLine(_Line):
@@ -791,7 +794,7 @@ def _check_references(parsed: _File) -> None:
         record = measured.get(best.measurement)
         if record is None or (record.workload, record.target) != (best.workload, best.target):
             raise UserError(f"a best record names measurement {best.measurement}, not in the file")
-        if not (record.verified and record.ok):
+        if not (record.verified and record.result.ok):
             raise UserError(f"best record {best.measurement} is not a verified timing")
     timed = {(line.workload, line.target, line.program_hash) for line in measured.values()}
     for number, final in enumerate(parsed.finals, start=1):
@@ -901,7 +904,7 @@ def _store(log: TuningLog, parsed: _File, admitted: dict[str, _Admitted]) -> Imp
                     if line.device is None
                     else device_ids[device_keys[line.device]],
                     "samples": list(line.samples),
-                    "median_secs": line.median,
+                    "median_secs": line.result.median,
                     "error_kind": None if line.error_kind is None else line.error_kind.value,
                     "error_msg": line.error_msg,
                     "verified": line.verified,
@@ -923,7 +926,7 @@ def _store(log: TuningLog, parsed: _File, admitted: dict[str, _Admitted]) -> Imp
         measured = {line.uid: line for line in parsed.measurements}
         for best in parsed.best:
             record = measured[best.measurement]
-            median = record.median
+            median = record.result.median
             assert median is not None  # checked by _check_references
             workload_id, target_id = subject(best)
             log.offer_best(

@@ -167,17 +167,24 @@ class Device(Base):
     created_at: Mapped[CreatedAt]
 
 
-class TuningJob(Base):
-    """One tuning run of a workload on a target, with its trial budget and outcome."""
-
-    __tablename__ = "tuning_jobs"
-    __table_args__ = (
+def _search_checks() -> tuple[CheckConstraint, ...]:
+    """The checks of a job's status and search budget, the same on tuning and model jobs."""
+    return (
         CheckConstraint(
             "status IN ('queued', 'running', 'finished', 'interrupted', 'failed', 'cancelled')",
             name="status",
         ),
         CheckConstraint("trials >= 0", name="trials"),
         CheckConstraint("batch_size >= 1", name="batch_size"),
+    )
+
+
+class TuningJob(Base):
+    """One tuning run of a workload on a target, with its trial budget and outcome."""
+
+    __tablename__ = "tuning_jobs"
+    __table_args__ = (
+        *_search_checks(),
         Index(None, "workload_id", "target_id"),
         Index(None, "owner", "status"),
         Index(None, "status", "target_id"),
@@ -489,12 +496,7 @@ class ModelJob(Base):
 
     __tablename__ = "model_jobs"
     __table_args__ = (
-        CheckConstraint(
-            "status IN ('queued', 'running', 'finished', 'interrupted', 'failed', 'cancelled')",
-            name="status",
-        ),
-        CheckConstraint("trials >= 0", name="trials"),
-        CheckConstraint("batch_size >= 1", name="batch_size"),
+        *_search_checks(),
         CheckConstraint("finalists >= 0", name="finalists"),
         CheckConstraint("final_rounds >= 1", name="final_rounds"),
         Index(None, "owner", "status"),

@@ -45,11 +45,6 @@ class CpuPeak:
 def cpu_peak(cores: int | None = None, cpuinfo: str | None = None) -> CpuPeak | None:
     """The theoretical peak of this x86 CPU (on ``cores`` of its cores, default all physical ones);
     None where ``/proc/cpuinfo`` does not describe an x86 CPU we know the FMA units of."""
-    if cpuinfo is None:
-        try:
-            cpuinfo = _CPUINFO.read_text()
-        except OSError:
-            return None
     processors = _processors(cpuinfo)
     if not processors:
         return None
@@ -75,19 +70,20 @@ def cpu_flags(cpuinfo: str | None = None) -> frozenset[str] | None:
     """The instruction-set flags of this machine's first CPU as Linux reports them (``avx2``,
     ``avx512_bf16``, ...): what programs may use here, which a hypervisor can make less than the
     CPU model has. None where ``/proc/cpuinfo`` lists no flags (not Linux, not x86)."""
-    if cpuinfo is None:
-        try:
-            cpuinfo = _CPUINFO.read_text()
-        except OSError:
-            return None
     processors = _processors(cpuinfo)
     if not processors or "flags" not in processors[0]:
         return None
     return frozenset(processors[0]["flags"].split())
 
 
-def _processors(cpuinfo: str) -> list[dict[str, str]]:
-    """One dict per ``processor`` block of /proc/cpuinfo."""
+def _processors(cpuinfo: str | None) -> list[dict[str, str]]:
+    """One dict per ``processor`` block of ``cpuinfo`` (default this machine's /proc/cpuinfo;
+    none where it cannot be read)."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = _CPUINFO.read_text()
+        except OSError:
+            return []
     blocks = []
     for block in cpuinfo.strip().split("\n\n"):
         fields = {}

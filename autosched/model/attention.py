@@ -316,7 +316,7 @@ def _match(context: relax.Expr | None, graph: _Graph) -> Attention | None:
         return None
     weights, values = context.args
     guarded = False
-    probabilities = graph.bound(weights)
+    probabilities = _unchanged(graph.bound(weights), graph)
     if _is_op(probabilities, "relax.where"):
         probabilities = _unguarded(probabilities, graph)
         guarded = True
@@ -332,6 +332,16 @@ def _match(context: relax.Expr | None, graph: _Graph) -> Attention | None:
     product, mask, scale = scores
     left, right = product.args
     return _attention(left, right, values, mask, scale, guarded, graph)
+
+
+def _unchanged(value: relax.Expr | None, graph: _Graph) -> relax.Expr | None:
+    """``value``, or what it was computed from by reshapes or broadcasts to the shape it had
+    (PyTorch's export of a batch matmul broadcasts its operands to their own shapes)."""
+    while (_is_op(value, "relax.reshape") or _is_op(value, "relax.broadcast_to")) and static_shape(
+        value.args[0]
+    ) == static_shape(value):
+        value = graph.bound(value.args[0])
+    return value
 
 
 def _unguarded(where: relax.Call, graph: _Graph) -> relax.Expr | None:

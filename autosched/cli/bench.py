@@ -312,8 +312,9 @@ def models(
         _err.print(f"[red]error:[/red] {escape(str(error))}", highlight=False, soft_wrap=True)
         raise typer.Exit(code=1) from None
     except KeyboardInterrupt:
-        kept = "the tuning log keeps what was measured" if db else "nothing is kept"
-        _err.print(f"stopped; {kept}", highlight=False)
+        log = db or (None if work_dir is None else str(work_dir / "bench.db"))
+        kept = "nothing is kept" if log is None else f"the tuning log {log} keeps what was measured"
+        _err.print(f"stopped; {escape(kept)}", highlight=False)
         raise typer.Exit(code=130) from None
     finally:
         signal.signal(signal.SIGTERM, previous)

@@ -27,6 +27,19 @@ def test_check_passes_untuned_tuned_and_peer_for_int8_vnni(cli: Cli) -> None:
     assert "matches the reference" in stages["tuned"]["detail"]
 
 
+def test_a_check_times_no_final(cli: Cli, monkeypatch: pytest.MonkeyPatch) -> None:
+    # a check of correctness: its short tuning re-times no finalists, nor a slow untuned program
+    from autosched import tuner
+
+    def no_final(*_args: object) -> list:
+        raise AssertionError("a check ran a final")
+
+    monkeypatch.setattr(tuner, "rank_finalists", no_final)
+    monkeypatch.setattr(tuner, "contenders", no_final)
+    result = cli("check", "matmul", "-p", "M=16", "-p", "N=16", "-p", "K=16", "--trials", "2")
+    assert result.code == 0, result.err
+
+
 def test_check_of_an_unknown_workload_is_a_one_line_error(cli: Cli) -> None:
     result = cli("check", "no_such_kernel")
     assert result.code == 2

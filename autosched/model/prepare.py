@@ -6,6 +6,10 @@ rewrites defined here, each a pass over the module's Relax functions.
   cannot compile, computed on integers.
 - ``DecomposeOpsForInference`` and ``CanonicalizeBindings``: a batch norm becomes arithmetic that
   fuses into the convolution before it.
+- `unit_transposes_as_reshapes` (``autosched.model.transposes``), then
+  ``RemoveRedundantReshape``: a transpose that only moves axes of extent 1 (PyTorch's
+  ``nn.MultiheadAttention`` on a batch of 1) is a reshape, which costs nothing and lets what
+  follows fuse.
 - `matmuls_in_their_batches`: a matmul that PyTorch exported between two reshapes (tokens
   flattened into a matrix, multiplied, unflattened) is computed on the tokens as they are, so
   its bias, activation, residual add or scaling fuse into it.
@@ -42,6 +46,7 @@ from autosched.model.attention import attention_kernels
 from autosched.model.norms import rms_norms_as_one_operator
 from autosched.model.parallel import parallel_matmuls_combined
 from autosched.model.relax_ir import each_function, rewrite_calls, static_shape
+from autosched.model.transposes import unit_transposes_as_reshapes
 
 CONV_LAYOUTS = {"relax.nn.conv2d": ["NHWC", "HWIO"]}
 """The layouts a model's 2-d convolutions are tuned and run in: channels-last data (vectors run
@@ -57,6 +62,8 @@ def for_inference() -> tvm.transform.Pass:
             bools_as_integers,
             relax.transform.DecomposeOpsForInference(),
             relax.transform.CanonicalizeBindings(),
+            unit_transposes_as_reshapes,
+            relax.transform.RemoveRedundantReshape(),
             matmuls_in_their_batches,
             relax.transform.RemoveRedundantReshape(),
             relax.transform.DeadCodeElimination(),

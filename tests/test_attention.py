@@ -57,15 +57,17 @@ def _prepared(mod: tvm.IRModule) -> tvm.IRModule:
 def _self_attention(
     *,
     mask: np.ndarray | None = None,
-    guarded: bool = True,
+    guard: str | None = "nan",
     axis: int = -1,
     probabilities_out: bool = False,
 ) -> tvm.IRModule:
     """PyTorch's export of self-attention on a combined projection ``(1, TOKENS, 3 * WIDTH)``:
     the query, keys and values sliced out and split into heads, the query and keys each
-    scaled by ``DEPTH ** -0.25``, the mask added, the softmax (over ``axis``) with its NaN
-    guard, the weighted sum of the values and the heads merged back. With
-    ``probabilities_out`` the softmax is an output of the function too."""
+    scaled by ``DEPTH ** -0.25``, the mask added, the softmax (over ``axis``) with its guard
+    (``"nan"``: ONNX exports' ``where(isnan(p), 0, p)``, ``"rows"``: torch.export's
+    ``_safe_softmax``, zero where a row is all minus infinity), the weighted sum of the values
+    and the heads merged back. With ``probabilities_out`` the softmax is an output of the
+    function too."""
     builder = relax.BlockBuilder()
     qkv = relax.Var("qkv", relax.TensorType((1, TOKENS, 3 * WIDTH), "float32"))
     quarter = relax.const(np.float32(DEPTH**-0.25))
@@ -90,9 +92,16 @@ def _self_attention(
                 scores = emit(relax.op.add(scores, relax.const(mask)))
             probabilities = emit(relax.op.nn.softmax(scores, axis=axis))
             weights = probabilities
-            if guarded:
+            if guard == "nan":
                 nan = emit(relax.op.isnan(probabilities))
                 weights = emit(relax.op.where(nan, relax.const(np.float32(0)), probabilities))
+            elif guard == "rows":
+                masked = emit(relax.op.equal(scores, relax.const(np.float32(-np.inf))))
+                seen = emit(relax.op.astype(relax.op.logical_not(masked), "int8"))
+                any_seen = emit(relax.op.max(seen, axis=[3], keepdims=True))
+                empty = emit(relax.op.logical_not(relax.op.astype(any_seen, "bool")))
+                zeros = relax.const(np.zeros((1, HEADS, TOKENS, TOKENS), np.float32))
+                weights = emit(relax.op.where(empty, zeros, probabilities))
             context = emit(relax.op.matmul(weights, heads(2)))
             merged = emit(relax.op.permute_dims(context, [0, 2, 1, 3]))
             result: relax.Expr = emit(relax.op.reshape(merged, (1, TOKENS, WIDTH)))
@@ -114,14 +123,14 @@ def _qkv(seed: int = 0) -> np.ndarray:
 
 
 @pytest.mark.parametrize(
-    ("mask", "guarded"),
-    [(None, True), (_causal_mask(), True), (_causal_mask(), False)],
-    ids=["unmasked", "causal", "causal-unguarded"],
+    ("mask", "guard"),
+    [(None, "nan"), (_causal_mask(), "nan"), (_causal_mask(), None), (_causal_mask(), "rows")],
+    ids=["unmasked", "causal", "causal-unguarded", "causal-rows-guarded"],
 )
 def test_an_attention_becomes_one_kernel_of_the_same_values(
-    mask: np.ndarray | None, guarded: bool
+    mask: np.ndarray | None, guard: str | None
 ) -> None:
-    mod = _self_attention(mask=mask, guarded=guarded)
+    mod = _self_attention(mask=mask, guard=guard)
     fused = _prepared(mod)
     # the slices, transposes, scalings, matmuls, softmax and guard are one kernel; the reshape
     # that merges the heads is all that is left around it
@@ -132,10 +141,11 @@ def test_an_attention_becomes_one_kernel_of_the_same_values(
     np.testing.assert_allclose(computed, expected, rtol=1e-5, atol=1e-6)
 
 
-def test_a_row_masked_out_weighs_nothing_as_the_guard_says() -> None:
+@pytest.mark.parametrize("guard", ["nan", "rows"])
+def test_a_row_masked_out_weighs_nothing_as_the_guard_says(guard: str) -> None:
     mask = _causal_mask()
     mask[..., 3, :] = -np.inf  # the fourth query sees no key: its softmax is NaN, then zero
-    mod = _self_attention(mask=mask)
+    mod = _self_attention(mask=mask, guard=guard)
     (expected,) = _run(mod, [_qkv()])
     (computed,) = _run(_prepared(mod), [_qkv()])
     assert not np.isnan(computed).any()

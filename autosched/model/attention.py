@@ -36,6 +36,7 @@ import functools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from typing import Literal
 
 import tvm
 from tvm import relax, te, tirx
@@ -45,6 +46,11 @@ from autosched.model.relax_ir import static_shape
 
 Index = Callable[[Sequence[tirx.Expr]], list[tirx.Expr]]
 """Maps an index of a tensor to the index of the tensor it was computed from."""
+
+Guard = Literal["nan", "rows"] | None
+"""Which softmax weights PyTorch's export sets to zero after the softmax: those that are NaN
+(``where(isnan(p), 0, p)``, ONNX exports), those of rows all masked out (torch.export's
+``_safe_softmax``), or none."""
 
 _OPAQUE = 8  # relax's op pattern kOpaque: FuseOps leaves the kernel as it is
 
@@ -91,9 +97,10 @@ class Attention:
 
     ``query`` reads ``(*batch, queries, depth)``, ``keys`` ``(*batch, depth, keys)`` (the
     keys transposed, the score matmul's right operand), ``values`` ``(*batch, keys, width)``;
-    ``mask`` (or None) is added to the scaled scores ``(*batch, queries, keys)``; ``guarded``:
-    a weight that is NaN is zero. The result is ``(*batch, queries, width)`` with its axes
-    permuted by ``axes`` (None: as they are).
+    ``mask`` (or None) is added to the scaled scores ``(*batch, queries, keys)``; ``guard``
+    zeroes the weights of ``"nan"``: a weight that is NaN, ``"rows"``: the rows whose every
+    logit is minus infinity (None: nothing). The result is ``(*batch, queries, width)`` with its
+    axes permuted by ``axes`` (None: as they are).
     """
 
     batch: tuple[int, ...]
@@ -106,7 +113,7 @@ class Attention:
     values: Access
     mask: Access | None
     scale: float
-    guarded: bool
+    guard: Guard
     axes: tuple[int, ...] | None
 
     @property
@@ -209,8 +216,13 @@ def attention_te(sources: Sequence[te.Tensor], attention: Attention) -> te.Tenso
         row = ix[:-1]
         share = tirx.const(attention.values.scale, dtype) / row_sum[row]
         weight = exp(logit(ix) - row_max[row]) * share
-        if attention.guarded:
-            weight = tirx.Select(tirx.isnan(weight), tirx.const(0.0, dtype), weight)
+        zero = tirx.const(0.0, dtype)
+        if attention.guard == "nan":
+            weight = tirx.Select(tirx.isnan(weight), zero, weight)
+        elif attention.guard == "rows":
+            # a row's exponentials sum to 0 where all its logits are minus infinity (the max
+            # of a row of at least one other logit weighs 1)
+            weight = tirx.Select(row_sum[row] == zero, zero, weight)
         return weight
 
     weight = te.compute((*batch, attention.queries, count), weigh, name="weight")
@@ -278,10 +290,16 @@ class _Graph:
             else None
         )
 
-    def bound(self, expr: relax.Expr | None) -> relax.Expr | None:
-        """The value bound to ``expr`` when nothing but the next step of a chain uses it."""
+    def bound(
+        self, expr: relax.Expr | None, *, also: Sequence[relax.Var] = ()
+    ) -> relax.Expr | None:
+        """The value bound to ``expr`` when nothing but the next step of a chain uses it (and
+        ``also``, uses that the chain's rewrite drops too)."""
         users = self.users_of(expr) if expr is not None else None
-        return self.values.get(expr) if users is not None and len(users) == 1 else None
+        if users is None:
+            return None
+        others = [user for user in users if not any(user.same_as(var) for var in also)]
+        return self.values.get(expr) if len(others) == 1 else None
 
 
 def _find_attention(func: relax.Function) -> dict[relax.Var, Attention]:
@@ -296,18 +314,26 @@ def _find_attention(func: relax.Function) -> dict[relax.Var, Attention]:
             attention = _match(graph.values.get(binding.var), graph)
             if attention is None:
                 continue
-            var = binding.var
-            users = graph.users_of(var)
-            transpose = (
-                graph.values.get(users[0]) if users is not None and len(users) == 1 else None
-            )
-            if _is_op(transpose, "relax.permute_dims"):
-                ndim = len(attention.batch) + 2
-                axes = transpose.attrs.axes
-                order = range(ndim - 1, -1, -1) if axes is None else (int(a) % ndim for a in axes)
-                var, attention = users[0], replace(attention, axes=tuple(order))
-            sites[var] = attention
+            var, axes = _transposed(binding.var, graph, len(attention.batch) + 2)
+            sites[var] = replace(attention, axes=axes)
     return sites
+
+
+def _transposed(
+    var: relax.Var, graph: _Graph, ndim: int
+) -> tuple[relax.Var, tuple[int, ...] | None]:
+    """The last of the transposes that alone use ``var`` one after the other, and the axes of
+    ``var`` it holds; ``var`` itself and None without one."""
+    axes: list[int] | None = None
+    while True:
+        users = graph.users_of(var)
+        transpose = graph.values.get(users[0]) if users is not None and len(users) == 1 else None
+        if not _is_op(transpose, "relax.permute_dims"):
+            return var, None if axes is None else tuple(axes)
+        order = transpose.attrs.axes
+        order = range(ndim - 1, -1, -1) if order is None else [int(a) % ndim for a in order]
+        current = axes or list(range(ndim))
+        var, axes = users[0], [current[axis] for axis in order]
 
 
 def _match(context: relax.Expr | None, graph: _Graph) -> Attention | None:
@@ -315,23 +341,28 @@ def _match(context: relax.Expr | None, graph: _Graph) -> Attention | None:
     if not _is_float_matmul(context):
         return None
     weights, values = context.args
-    guarded = False
+    guard: Guard = None
+    also: list[relax.Var] = []
     probabilities = _unchanged(graph.bound(weights), graph)
     if _is_op(probabilities, "relax.where"):
-        probabilities = _unguarded(probabilities, graph)
-        guarded = True
+        where = probabilities
+        probabilities = _unguarded(where, graph)
+        guard = "nan"
+        if probabilities is None:
+            guard, found = "rows", _rows_guarded(where, graph)
+            probabilities, also = found if found is not None else (None, [])
     if not _is_op(probabilities, "relax.nn.softmax"):
         return None
     logits = probabilities.args[0]
     shape = static_shape(logits)
     if shape is None or int(probabilities.attrs.axis) not in (-1, len(shape) - 1):
         return None
-    scores = _scores(logits, graph)
+    scores = _scores(logits, graph, also)
     if scores is None:
         return None
     product, mask, scale = scores
     left, right = product.args
-    return _attention(left, right, values, mask, scale, guarded, graph)
+    return _attention(left, right, values, mask, scale, guard, graph)
 
 
 def _unchanged(value: relax.Expr | None, graph: _Graph) -> relax.Expr | None:
@@ -361,14 +392,53 @@ def _unguarded(where: relax.Call, graph: _Graph) -> relax.Expr | None:
     return graph.values.get(kept)
 
 
+def _rows_guarded(where: relax.Call, graph: _Graph) -> tuple[relax.Call, list[relax.Var]] | None:
+    """The softmax ``p`` of torch.export's ``_safe_softmax``, ``where(all(x == -inf, axis=-1,
+    keepdims), 0, p)`` with ``p = softmax(x)`` (the test written ``not(max(int(not(x ==
+    -inf))))``), and the variable that compares ``x``, when nothing else uses ``p`` or the
+    test."""
+    condition, zero, kept = where.args
+    if not isinstance(zero, tvm.ir.expr.Constant) or zero.value.numpy().any():
+        return None
+    softmax = graph.bound(kept)
+    if not _is_op(softmax, "relax.nn.softmax"):
+        return None
+    chain = ("relax.logical_not", "relax.astype", "relax.max", "relax.astype", "relax.logical_not")
+    expr: relax.Expr | None = condition
+    for name in chain:
+        value = graph.bound(expr)
+        if not _is_op(value, name):
+            return None
+        if name == "relax.max":
+            ndim = len(static_shape(value.args[0]) or ())
+            axes = value.attrs.axis
+            if (
+                not value.attrs.keepdims
+                or axes is None
+                or [int(a) % ndim for a in axes] != [ndim - 1]
+            ):
+                return None
+        expr = value.args[0]
+    compared = graph.bound(expr)
+    logits = softmax.args[0]
+    if not (
+        _is_op(compared, "relax.equal")
+        and compared.args[0].same_as(logits)
+        and _number(compared.args[1]) == -math.inf
+    ):
+        return None
+    return softmax, [expr]
+
+
 def _scores(
-    logits: relax.Expr, graph: _Graph
+    logits: relax.Expr, graph: _Graph, also: Sequence[relax.Var] = ()
 ) -> tuple[relax.Call, relax.Expr | None, float] | None:
-    """The score matmul under ``logits``, the mask added to the scaled scores (or None) and
-    the product of the constant numbers the scores were multiplied by (or divided by)."""
+    """The score matmul under ``logits`` (used by the softmax, and ``also`` by the variables of
+    its guard), the mask added to the scaled scores (or None) and the product of the constant
+    numbers the scores were multiplied by (or divided by)."""
     shape = static_shape(logits)
     mask: relax.Expr | None = None
-    expr = graph.bound(logits)
+    expr = graph.bound(logits, also=also)
     if _is_op(expr, "relax.add"):
         left, right = expr.args
         if _scaled_product(graph.bound(left), graph) is not None:
@@ -403,7 +473,7 @@ def _attention(
     values: relax.Expr,
     mask: relax.Expr | None,
     scale: float,
-    guarded: bool,
+    guard: Guard,
     graph: _Graph,
 ) -> Attention | None:
     """The attention of these operands, if their shapes are those of one."""
@@ -439,7 +509,7 @@ def _attention(
         mask_access = _access(mask, graph, score_shape)
     return Attention(
         batch, queries, keys_count, depth, width, query, keys, values_access, mask_access,
-        scale, guarded, None,
+        scale, guard, None,
     )  # fmt: skip
 
 

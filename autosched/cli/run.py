@@ -291,11 +291,17 @@ def _python_sampler(call: PeerCall, timing: Timing) -> Callable[[], float]:
 
 def _rounds(entrants: list[tuple[str, Callable[[], float]]], rounds: int) -> list[Timed]:
     """Each entrant's samples, one per round, in an order rotated round by round so that a slow
-    spell of the machine falls on all of them alike."""
+    spell of the machine falls on all of them alike. Beside a peer, each sample starts after
+    ``SETTLE_SECS`` of quiet: the threads of the library that ran last spin on for a while after
+    its call and would take the cores from the next (OpenBLAS's for about a tenth of a second)."""
+    from autosched.bench.timing import SETTLE_SECS
+
     samples: list[list[float]] = [[] for _ in entrants]
     for number in range(rounds):
         for index in range(len(entrants)):
             turn = (index + number) % len(entrants)
+            if len(entrants) > 1:
+                time.sleep(SETTLE_SECS)
             samples[turn].append(entrants[turn][1]())
     return [Timed(name, taken) for (name, _), taken in zip(entrants, samples, strict=True)]
 

@@ -7,7 +7,7 @@ import pytest
 import tvm
 from tvm import relax
 
-from autosched.model.norms import rms_norms_as_one_operator
+from autosched.model.norms import layer_norms_with_their_sums, rms_norms_as_one_operator
 from autosched.model.tasks import fuse
 from autosched.target import parse_target, to_tvm_target
 
@@ -80,3 +80,49 @@ def test_it_is_one_kernel_where_fuse_ops_made_two() -> None:
 def test_another_power_is_not_a_norm() -> None:
     mod = _rms_norm(exponent=3.0)
     tvm.ir.assert_structural_equal(rms_norms_as_one_operator(mod), mod)
+
+
+def _layer_norm_of_sum(*, projected: bool) -> tvm.IRModule:
+    """``layer_norm(x + position + kind)`` as BERT's embeddings sum them, or, ``projected``,
+    ``layer_norm(x @ w + x)``: a residual added to a matmul's result."""
+    rng = np.random.default_rng(2)
+
+    def const(*shape: int) -> relax.Expr:
+        return relax.const(rng.uniform(-1, 1, shape).astype(np.float32))
+
+    builder = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType(SHAPE, "float32"))
+    with builder.function("main", [x]):
+        with builder.dataflow():
+            if projected:
+                first = builder.emit(relax.op.matmul(x, const(SHAPE[-1], SHAPE[-1])))
+                total = builder.emit(relax.op.add(first, x))
+            else:
+                total = builder.emit(relax.op.add(x, const(*SHAPE[1:])))
+                total = builder.emit(relax.op.add(total, const(SHAPE[-1])))
+            gamma, beta = const(SHAPE[-1]), const(SHAPE[-1])
+            output = builder.emit_output(relax.op.nn.layer_norm(total, gamma, beta, axes=[-1]))
+        builder.emit_func_output(output)
+    return builder.get()
+
+
+def _kernels(mod: tvm.IRModule) -> list[str]:
+    fused = fuse(mod, parse_target(None))
+    return sorted(
+        var.name_hint
+        for var, func in fused.functions_items()
+        if isinstance(func, tvm.tirx.PrimFunc)
+    )
+
+
+def test_a_layer_norm_of_a_sum_is_one_kernel_of_the_same_values() -> None:
+    mod = _layer_norm_of_sum(projected=False)
+    rewritten = relax.transform.DeadCodeElimination()(layer_norms_with_their_sums(mod))
+    assert len(_kernels(mod)) == 2 and len(_kernels(rewritten)) == 1
+    x = np.random.default_rng(0).uniform(-3, 3, SHAPE).astype(np.float32)
+    np.testing.assert_allclose(_run(rewritten, x), _run(mod, x), rtol=1e-5, atol=1e-5)
+
+
+def test_a_residual_a_matmul_takes_as_its_epilogue_stays_there() -> None:
+    mod = _layer_norm_of_sum(projected=True)
+    tvm.ir.assert_structural_equal(layer_norms_with_their_sums(mod), mod)

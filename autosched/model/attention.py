@@ -262,9 +262,8 @@ def exp(x: tirx.Expr) -> tirx.Expr:
 
 
 class _Graph:
-    """A Relax function's bindings: the value bound to each variable, and which variables of
-    its dataflow blocks use each variable (one outside the dataflow blocks, or a block's
-    output, counts as used more than once)."""
+    """A Relax function's bindings: the value bound to each variable, and the variables bound
+    to what uses each variable of its dataflow blocks."""
 
     def __init__(self, func: relax.Function) -> None:
         self.values: dict[relax.Var, relax.Expr] = {}
@@ -279,16 +278,9 @@ class _Graph:
                     self.users[var] = list(users)
 
     def users_of(self, expr: relax.Expr) -> list[relax.Var] | None:
-        """The variables that use ``expr``, when it is a dataflow variable used only in its
-        block; None otherwise."""
-        if not isinstance(expr, relax.DataflowVar):
-            return None
-        users = self.users.get(expr)
-        return (
-            users
-            if users is not None and all(isinstance(user, relax.DataflowVar) for user in users)
-            else None
-        )
+        """The variables bound to what uses ``expr``, when it is a dataflow variable (which
+        nothing outside its block uses); None otherwise."""
+        return self.users.get(expr) if isinstance(expr, relax.DataflowVar) else None
 
     def bound(
         self, expr: relax.Expr | None, *, also: Sequence[relax.Var] = ()

@@ -1,21 +1,35 @@
-"""Normalizations written out by an exporter, as the one operator each is: the RMS norm of
-LLaMA and T5 (``x * rsqrt(mean(x^2) + eps) * weight``) comes from PyTorch as a power, a mean,
-an addition, a square root, a reciprocal and two products.
+"""Normalizations in one kernel where TVM's ``FuseOps`` makes two.
 
-TVM's ``FuseOps`` splits that chain in two kernels: the squares, then the mean with the rest,
-so every norm writes the squared activation out and reads it back. As ``R.nn.rms_norm`` it is
-one kernel (TOPI's: the row's sum of squares, then the scaled row), whose epilogue can take the
-elementwise operators after it.
+- `rms_norms_as_one_operator`: the RMS norm of LLaMA and T5 (``x * rsqrt(mean(x^2) + eps) *
+  weight``) comes from PyTorch as a power, a mean, an addition, a square root, a reciprocal and
+  two products, which ``FuseOps`` splits in two kernels (the squares, then the mean with the
+  rest), so every norm wrote the squared activation out and read it back. As ``R.nn.rms_norm``
+  it is one kernel (TOPI's: the row's sum of squares, then the scaled row).
+- `layer_norms_with_their_sums`: a layer norm of a sum (BERT's and GPT-2's token and position
+  embeddings, a residual added where no matmul's epilogue took it) is one kernel that adds and
+  normalizes, ONNX Runtime's ``SkipLayerNormalization``: ``FuseOps`` fuses no producer into a
+  layer norm (TVM marks it fusable like a matmul: with what follows it only).
+
+Both kernels keep a layer norm's pattern, so the elementwise operators after them still fuse.
 """
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import tvm
-from tvm import relax
+from tvm import relax, topi
 from tvm.relax.dpl import is_const, is_op, wildcard
 
 from autosched.model.relax_ir import rewrite_calls, static_shape
+
+_FUSABLE_LIKE_A_NORM = 4  # relax's op pattern kOutEWiseFusable, as TVM marks a layer norm
+_PRODUCERS_WITH_EPILOGUES = frozenset(
+    {"relax.matmul", "relax.nn.conv1d", "relax.nn.conv2d", "relax.nn.conv3d", "relax.add"}
+)
+"""Operators whose kernel already takes an addition after it as its epilogue (an addition:
+one of the sum itself): a sum that reads one stays where ``FuseOps`` puts it."""
 
 
 @tvm.transform.module_pass(opt_level=0, name="RmsNormsAsOneOperator")
@@ -91,3 +105,88 @@ def _scalar(expr: relax.Expr) -> float | None:
         return None
     array = expr.value.numpy()
     return float(array.reshape(-1)[0]) if array.size == 1 else None
+
+
+@tvm.transform.module_pass(opt_level=0, name="LayerNormsWithTheirSums")
+def layer_norms_with_their_sums(
+    mod: tvm.IRModule, _context: tvm.transform.PassContext
+) -> tvm.IRModule:
+    """Every ``layer_norm`` of a float32 sum of tensors (``add`` of ``add`` ..., each sum used
+    by the next alone) as one kernel of the terms: TOPI's layer norm of TOPI's sum. A sum with
+    a term that a matmul, a convolution or another sum computes is left as it is: its addition
+    is that kernel's epilogue already. Run ``DeadCodeElimination`` after it."""
+    rewriter = _SumsIntoNorms(mod)
+    for var, func in mod.functions_items():
+        if isinstance(func, relax.Function):
+            rewriter.graph = _bindings(func)
+            rewriter.builder_.update_func(var, rewriter.visit_expr(func))
+    return rewriter.builder_.finalize()
+
+
+def _bindings(func: relax.Function) -> tuple[dict, dict]:
+    """The value bound to each variable of ``func``, and how many bindings of its dataflow
+    blocks use each (a variable used outside them counts twice)."""
+    values: dict[relax.Var, relax.Expr] = {}
+    uses: dict[relax.Var, int] = {}
+    for block in func.body.blocks if isinstance(func.body, relax.SeqExpr) else []:
+        for binding in block.bindings:
+            values[binding.var] = binding.value
+        if isinstance(block, relax.DataflowBlock):
+            for var, users in relax.analysis.udchain(block).items():
+                uses[var] = len(users) if isinstance(var, relax.DataflowVar) else 2
+    return values, uses
+
+
+@relax.expr_functor.mutator
+class _SumsIntoNorms(relax.PyExprMutator):
+    """Emits a layer norm of a sum as one kernel of the sum's terms."""
+
+    def __init__(self, mod: tvm.IRModule) -> None:
+        super().__init__(mod)
+        self.graph: tuple[dict, dict] = ({}, {})
+
+    def visit_var_binding_(self, binding: relax.VarBinding) -> None:
+        call = binding.value
+        terms = self._terms(call.args[0]) if _is_op(call, "relax.nn.layer_norm") else None
+        if not terms or len(terms) < 2 or str(call.args[0].ty.dtype) != "float32":
+            super().visit_var_binding_(binding)
+            return
+        _, gamma, beta = call.args
+        attrs = call.attrs
+        axes = [int(axis) for axis in attrs.axes]
+        fused = self.builder_.call_te(
+            lambda *tensors: topi.nn.layer_norm(
+                functools.reduce(topi.add, tensors[:-2]),
+                tensors[-2],
+                tensors[-1],
+                axis=axes,
+                epsilon=float(attrs.epsilon),
+            ),
+            *(self.visit_expr(expr) for expr in (*terms, gamma, beta)),
+            primfunc_name_hint="layer_norm",
+            primfunc_attrs={"op_pattern": _FUSABLE_LIKE_A_NORM},
+        )
+        self.set_var_remap(binding.var, self.builder_.emit(fused, binding.var.name))
+
+    def _terms(self, expr: relax.Expr) -> list[relax.Expr] | None:
+        """The terms of the sum ``expr``, each sum in it used by the next alone; None where a
+        term is computed by a kernel that takes the addition as its epilogue."""
+        values, uses = self.graph
+        value = values.get(expr) if isinstance(expr, relax.Var) else None
+        if not _is_op(value, "relax.add") or uses.get(expr) != 1:
+            return [expr]
+        terms = []
+        for arg in value.args:
+            inner = self._terms(arg)
+            if inner is None:
+                return None
+            terms += inner
+        for term in terms:
+            producer = values.get(term) if isinstance(term, relax.Var) else None
+            if _is_op(producer, *_PRODUCERS_WITH_EPILOGUES):
+                return None
+        return terms
+
+
+def _is_op(expr: relax.Expr | None, *names: str) -> bool:
+    return isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op) and expr.op.name in names

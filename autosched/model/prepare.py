@@ -18,11 +18,13 @@ rewrites defined here, each a pass over the module's Relax functions.
   by their weights side by side, whose columns they take.
 - `clips_as_bounds` and `axes_counted_from_the_front`, then ``ConvertLayout`` to `CONV_LAYOUTS`:
   convolutions run channels-last, each ReLU6 fused into the convolution before it.
-- `attention_kernels` (``autosched.model.attention``) and `rms_norms_as_one_operator`
-  (``autosched.model.norms``), then ``DeadCodeElimination``: each attention (scores, mask,
-  softmax, weighted sum of the values, with the slices and transposes that split and merge the
-  heads) as one call of one kernel, which reads the projections where they lie; each RMS norm
-  written out as its arithmetic as ``R.nn.rms_norm``, one kernel where ``FuseOps`` made two.
+- `attention_kernels` (``autosched.model.attention``), `rms_norms_as_one_operator` and
+  `layer_norms_with_their_sums` (``autosched.model.norms``), then ``DeadCodeElimination``: each
+  attention (scores, mask, softmax, weighted sum of the values, with the slices and transposes
+  that split and merge the heads) as one call of one kernel, which reads the projections where
+  they lie; each RMS norm written out as its arithmetic as ``R.nn.rms_norm``, and each layer
+  norm of a sum that no matmul's epilogue takes with its sum, one kernel where ``FuseOps`` made
+  two.
 - `gelus_written_out`, then ``FastMathTransform``: exponentials, error functions and tangents
   (GELUs and softmaxes included) take TVM's fast float32 forms, polynomials that vectorize, where
   LLVM would call libm's scalar ``expf`` or ``erff`` once per element.
@@ -43,7 +45,7 @@ from tvm import relax
 from tvm.relax.dpl import is_op, rewrite_call, wildcard
 
 from autosched.model.attention import attention_kernels
-from autosched.model.norms import rms_norms_as_one_operator
+from autosched.model.norms import layer_norms_with_their_sums, rms_norms_as_one_operator
 from autosched.model.parallel import parallel_matmuls_combined
 from autosched.model.relax_ir import each_function, rewrite_calls, static_shape
 from autosched.model.transposes import unit_transposes_as_reshapes
@@ -74,6 +76,7 @@ def for_inference() -> tvm.transform.Pass:
             relax.transform.ConvertLayout(CONV_LAYOUTS),
             attention_kernels,
             rms_norms_as_one_operator,
+            layer_norms_with_their_sums,
             relax.transform.DeadCodeElimination(),
             gelus_written_out,
             relax.transform.FastMathTransform(),

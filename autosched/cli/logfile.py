@@ -212,13 +212,7 @@ def describe(summary: ImportSummary) -> str:
     """What an import brought in, in one line."""
     parts = [
         f"{tally.new} {name} new, {tally.existing} already there"
-        for name, tally in (
-            ("workloads", summary.workloads),
-            ("targets", summary.targets),
-            ("devices", summary.devices),
-            ("measurements", summary.measurements),
-            ("finals", summary.finals),
-        )
+        for name, tally in summary.tallies().items()
     ]
     if summary.other_tvm:
         parts.append(

@@ -33,7 +33,7 @@ from autosched.errors import UserError
 from autosched.finals.ranking import Entrant, contenders, rank_finalists
 from autosched.finals.timings import FinalistStore
 from autosched.log.queries import record_view
-from autosched.log.store import TuningLog
+from autosched.log.store import LogStore
 from autosched.log.tables import (
     Candidate,
     Final,
@@ -62,14 +62,11 @@ _CLAIM_WINDOW = 16
 """The queued finals a worker's request looks through for one it may time."""
 
 
-class Finals:
+class Finals(LogStore):
     """The finals of the service's jobs, in ``log``'s database.
 
     Thread safety: as ``TuningLog``; one instance may be shared by threads.
     """
-
-    def __init__(self, log: TuningLog) -> None:
-        self._log = log
 
     @staticmethod
     def add(session: Session, job_id: int, finalists: int, rounds: int) -> None:

@@ -12,7 +12,7 @@ from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from autosched.finals.ranking import Finalist, Interval
-from autosched.log.store import TuningLog
+from autosched.log.store import LogStore
 from autosched.log.tables import Candidate, FinalistTiming, Measurement
 from autosched.records import BASELINE_TRACE
 
@@ -39,7 +39,7 @@ def final_medians(session: Session, job_id: int) -> FinalMedians:
     )
 
 
-class FinalistStore:
+class FinalistStore(LogStore):
     """The re-timed finalists of jobs.
 
     Contract:
@@ -47,9 +47,6 @@ class FinalistStore:
           are stored together or not at all.
         * Thread safety: as ``TuningLog``; one store may be shared by threads.
     """
-
-    def __init__(self, log: TuningLog) -> None:
-        self._log = log
 
     def record(
         self,

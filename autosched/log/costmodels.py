@@ -17,7 +17,8 @@ from sqlalchemy import func, select, update
 from sqlalchemy.exc import IntegrityError
 
 from autosched.errors import NotFound, UserError
-from autosched.log.store import TuningLog
+from autosched.log.queries import record_of
+from autosched.log.store import LogStore
 from autosched.log.tables import (
     Candidate,
     CandidateFeatures,
@@ -75,7 +76,7 @@ class TrainingRow:
     median_secs: float | None
 
 
-class CostModelStore:
+class CostModelStore(LogStore):
     """Shared cost model versions and cached features of one tuning log.
 
     Contract:
@@ -83,9 +84,6 @@ class CostModelStore:
         * Cached features are written once per candidate and extractor; writing again is a no-op.
         * Thread safety: as ``TuningLog``.
     """
-
-    def __init__(self, log: TuningLog) -> None:
-        self._log = log
 
     def families(self) -> list[str]:
         """Families with at least one target in the log, sorted."""
@@ -220,7 +218,7 @@ class CostModelStore:
                     )
                     session.add(row)
                     session.flush()
-                    return _model_info(row)
+                    return record_of(ModelInfo, row)
             except IntegrityError:  # another process took that version number first
                 continue
         raise RuntimeError(f"could not number a new model version of {family}")
@@ -236,7 +234,7 @@ class CostModelStore:
         )
         with self._log.sessions.begin() as session:
             row = session.scalar(query)
-            return None if row is None else _model_info(row)
+            return None if row is None else record_of(ModelInfo, row)
 
     def get(self, model_id: int) -> ModelInfo:
         """A stored version by id.
@@ -248,7 +246,7 @@ class CostModelStore:
             row = session.get(CostModel, model_id)
             if row is None:
                 raise NotFound(f"no cost model {model_id} in the tuning log")
-            return _model_info(row)
+            return record_of(ModelInfo, row)
 
     def booster(self, model_id: int) -> bytes:
         """The serialised booster of a stored version."""
@@ -264,7 +262,7 @@ class CostModelStore:
         if family is not None:
             query = query.where(CostModel.family == family)
         with self._log.sessions.begin() as session:
-            return [_model_info(row) for row in session.scalars(query)]
+            return [record_of(ModelInfo, row) for row in session.scalars(query)]
 
     def set_job_model(self, job_id: int, model_id: int | None) -> None:
         """Record which version a job's search started from."""
@@ -277,18 +275,3 @@ class CostModelStore:
         """The version a job's search started from; None when it started cold."""
         with self._log.sessions.begin() as session:
             return session.scalar(select(TuningJob.cost_model_id).where(TuningJob.id == job_id))
-
-
-def _model_info(row: CostModel) -> ModelInfo:
-    return ModelInfo(
-        id=row.id,
-        family=row.family,
-        version=row.version,
-        objective=row.objective,
-        features=row.features,
-        created_at=row.created_at,
-        trained_on=row.trained_on,
-        workloads=row.workloads,
-        last_measurement_id=row.last_measurement_id,
-        scores=row.scores,
-    )

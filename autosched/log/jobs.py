@@ -31,8 +31,8 @@ from autosched.errors import NotFound, OverLimit
 from autosched.finals.ranking import ROUNDS
 from autosched.finals.retiming import Finals
 from autosched.finals.timings import final_medians
-from autosched.log.queries import record_view
-from autosched.log.store import TuningLog
+from autosched.log.queries import record_of, record_view, target_info
+from autosched.log.store import LogStore
 from autosched.log.subjects import ensure_subject
 from autosched.log.tables import (
     BestRecord,
@@ -50,7 +50,6 @@ from autosched.records import (
     JobProgress,
     JobStatus,
     RecordView,
-    TargetInfo,
 )
 from autosched.workload import Workload
 
@@ -95,12 +94,8 @@ class MeasuredCandidate:
     record: RecordView
 
 
-class JobStore:
+class JobStore(LogStore):
     """The tuning jobs of ``log``: every method is one transaction on its database."""
-
-    def __init__(self, log: TuningLog) -> None:
-        self._log = log
-        self._sessions = log.sessions
 
     # Jobs of `autosched tune`, which measures them itself.
 
@@ -511,26 +506,18 @@ class JobStore:
         target = session.get(Target, job.target_id)
         assert target is not None
         retimed = final_medians(session, job.id)  # the second timing that confirms a best
-        return JobProgress(
-            id=job.id,
+        return record_of(
+            JobProgress,
+            job,
             workload=workload,
-            target=TargetInfo(target.id, target.key, target.kind, target.target_json),
-            trials=job.trials,
-            batch_size=job.batch_size,
-            strategy=job.strategy,
-            seed=job.seed,
+            target=target_info(target),
             status=JobStatus(job.status),
-            created_at=job.created_at,
-            started_at=job.started_at,
-            finished_at=job.finished_at,
             trials_done=done,
             failed=failed,
             best_latency_secs=overall if retimed.winner is None else retimed.winner,
             best_confirmed=retimed.winner is not None,
             curve=curve,
             baseline_latency_secs=baseline if retimed.untuned is None else retimed.untuned,
-            cost_model_id=job.cost_model_id,
-            stop_reason=job.stop_reason,
             final=Finals.progress(session, job.id),
         )
 

@@ -31,7 +31,8 @@ from autosched.ceiling import impossible
 from autosched.errors import NotFound, UserError
 from autosched.finals.retiming import Finals
 from autosched.log.jobs import queue_turns
-from autosched.log.store import NewMeasurement, TuningLog
+from autosched.log.queries import target_info
+from autosched.log.store import LogStore, NewMeasurement, TuningLog
 from autosched.log.subjects import ensure_target
 from autosched.log.tables import (
     BestRecord,
@@ -109,7 +110,7 @@ class WorkerStatus:
     device_results_last_minute: int
 
 
-class LeaseQueue:
+class LeaseQueue(LogStore):
     """The candidates of the service's jobs as workers lease them, in ``log``'s database.
 
     Args:
@@ -121,8 +122,7 @@ class LeaseQueue:
     def __init__(
         self, log: TuningLog, *, lease_secs: float = 60.0, worker_timeout_secs: float = 60.0
     ) -> None:
-        self._log = log
-        self._sessions = log.sessions
+        super().__init__(log)
         self._lease = timedelta(seconds=lease_secs)
         self._worker_timeout = timedelta(seconds=worker_timeout_secs)
         # Leasing looks for expired leases at most this often (a lease outlives it by far).
@@ -397,7 +397,7 @@ class LeaseQueue:
             ).all()
             return [
                 TargetQueue(
-                    target=_target_info(target),
+                    target=target_info(target),
                     queued=counts.get(target.id, {}).get(CandidateState.QUEUED, 0),
                     leased=counts.get(target.id, {}).get(CandidateState.LEASED, 0),
                     workers_alive=workers.get(target.id, 0),
@@ -445,7 +445,7 @@ class LeaseQueue:
                 WorkerStatus(
                     id=worker.id,
                     name=worker.name,
-                    target=_target_info(target),
+                    target=target_info(target),
                     fingerprint=fingerprint,
                     registered_at=worker.registered_at,
                     heartbeat_at=worker.heartbeat_at,
@@ -580,10 +580,6 @@ def _worker(session: Session, worker_id: int) -> Worker:
     if worker is None:
         raise NotFound(f"no worker with id {worker_id}; register first")
     return worker
-
-
-def _target_info(target: Target) -> TargetInfo:
-    return TargetInfo(target.id, target.key, target.kind, target.target_json)
 
 
 def _count(session: Session, column: object, condition: object) -> int:

@@ -28,7 +28,8 @@ from autosched.errors import NotFound
 from autosched.finals.retiming import Finals
 from autosched.finals.timings import final_medians
 from autosched.log.jobs import OPEN_STATUSES, JobStore, ensure_room, queued_job
-from autosched.log.store import TuningLog
+from autosched.log.queries import record_of, target_info, workload_ids
+from autosched.log.store import LogStore
 from autosched.log.tables import (
     BestRecord,
     Candidate,
@@ -46,7 +47,6 @@ from autosched.records import (
     ModelJobProgress,
     ModelRoundRecord,
     ModelTaskProgress,
-    TargetInfo,
 )
 
 
@@ -74,12 +74,8 @@ class RoundResult:
     problem: str | None = None
 
 
-class ModelJobStore:
+class ModelJobStore(LogStore):
     """The model jobs of ``log``: every method is one transaction on its database."""
-
-    def __init__(self, log: TuningLog) -> None:
-        self._log = log
-        self._sessions = log.sessions
 
     def submit(
         self,
@@ -127,24 +123,18 @@ class ModelJobStore:
             )
             session.add(job)
             session.flush()
-            keys = [task.workload_key for task in tasks if task.workload_key is not None]
-            ids = {
-                key: workload_id
-                for key, workload_id in session.execute(
-                    select(Workload.key, Workload.id).where(Workload.key.in_(keys))
-                )
-            }
+            ids = workload_ids(session, [task.workload_key for task in tasks])
             session.add_all(
                 ModelJobTask(
                     model_job_id=job.id,
                     position=position,
                     name=task.name,
                     weight=task.weight,
-                    workload_id=None if task.workload_key is None else ids[task.workload_key],
+                    workload_id=workload_id,
                     default_schedule=task.default_schedule,
                     reused_records=task.reused_records,
                 )
-                for position, task in enumerate(tasks)
+                for position, (task, workload_id) in enumerate(zip(tasks, ids, strict=True))
             )
             return job.id
 
@@ -360,17 +350,12 @@ def _progress(session: Session, job: ModelJob) -> ModelJobProgress:
     target = session.get(Target, job.target_id)
     assert target is not None
     rounds = [
-        ModelRoundRecord(
-            id=row.id,
-            position=row.position,
-            task=row.task,
-            job_id=row.job_id,
-            trials=row.trials,
+        record_of(
+            ModelRoundRecord,
+            row,
             recorded=row.recorded_at is not None,
             measured=row.measured or 0,
-            best_secs=row.best_secs,
             task_finished=bool(row.task_finished),
-            problem=row.problem,
         )
         for row in session.scalars(
             select(ModelJobRound)
@@ -409,12 +394,10 @@ def _progress(session: Session, job: ModelJob) -> ModelJobProgress:
             _baseline_secs(session, task.workload_id, job.target_id),
         )
         tasks.append(
-            ModelTaskProgress(
-                position=task.position,
-                name=task.name,
-                weight=task.weight,
+            record_of(
+                ModelTaskProgress,
+                task,
                 workload_key=key,
-                reused_records=task.reused_records,
                 rounds=sum(r.trials > 0 for r in rounds_of[task.position]),
                 trials=measured.get(task.position, 0),
                 best_secs=best,
@@ -422,23 +405,12 @@ def _progress(session: Session, job: ModelJob) -> ModelJobProgress:
                 default_schedule=task.default_schedule or problem,
             )
         )
-    return ModelJobProgress(
-        id=job.id,
-        name=job.name,
-        target=TargetInfo(target.id, target.key, target.kind, target.target_json),
+    return record_of(
+        ModelJobProgress,
+        job,
+        target=target_info(target),
         inputs=list(job.inputs.get("inputs", [])),
-        trials=job.trials,
-        batch_size=job.batch_size,
-        strategy=job.strategy,
-        seed=job.seed,
-        finalists=job.finalists,
-        final_rounds=job.final_rounds,
         status=JobStatus(job.status),
-        created_at=job.created_at,
-        started_at=job.started_at,
-        finished_at=job.finished_at,
-        reason=job.reason,
-        output_check=job.output_check,
         tasks=tuple(tasks),
         rounds=tuple(rounds),
     )

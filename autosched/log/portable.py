@@ -68,7 +68,7 @@ from autosched.log.tables import (
     Workload,
     utcnow,
 )
-from autosched.records import ErrorKind, JobStatus, MeasureResult
+from autosched.records import ErrorKind, JobStatus, MeasureResult, WorkloadRef
 from autosched.trace_check import check_trace
 
 FORMAT = "autosched-log"
@@ -140,16 +140,20 @@ class ImportSummary:
     other_tvm: int = 0
     rekeyed: int = 0
 
+    def tallies(self) -> dict[str, Tally]:
+        """The tally of each kind of line, by its plural name (``workloads``, ...)."""
+        return {
+            "workloads": self.workloads,
+            "targets": self.targets,
+            "devices": self.devices,
+            "measurements": self.measurements,
+            "finals": self.finals,
+        }
+
     def as_json(self) -> dict[str, Any]:
         tallies = {
             name: {"new": tally.new, "existing": tally.existing}
-            for name, tally in (
-                ("workloads", self.workloads),
-                ("targets", self.targets),
-                ("devices", self.devices),
-                ("measurements", self.measurements),
-                ("finals", self.finals),
-            )
+            for name, tally in self.tallies().items()
         }
         return {
             **tallies,
@@ -398,21 +402,26 @@ def _export_lines(session: Session, selection: Selection) -> Iterator[dict[str, 
 
 
 def _measurements(selection: Selection) -> Select[Any]:
-    query = (
+    query = _with_keys(Measurement, Candidate).order_by(Measurement.id)
+    return query.where(*_subject(selection))
+
+
+def _with_keys(timing: type[Measurement | FinalistTiming], *candidate: Any) -> Select[Any]:
+    """The rows of ``timing`` (a measurement or a finalist's timing), with the ``candidate``
+    columns of what they timed and the keys of its workload, target and device."""
+    return (
         select(
-            Measurement,
-            Candidate,
+            timing,
+            *candidate,
             Workload.key.label("workload_key"),
             Target.key.label("target_key"),
             Device.key.label("device_key"),
         )
-        .join(Candidate, Candidate.id == Measurement.candidate_id)
+        .join(Candidate, Candidate.id == timing.candidate_id)
         .join(Workload, Workload.id == Candidate.workload_id)
         .join(Target, Target.id == Candidate.target_id)
-        .outerjoin(Device, Device.id == Measurement.device_id)
-        .order_by(Measurement.id)
+        .outerjoin(Device, Device.id == timing.device_id)
     )
-    return query.where(*_subject(selection))
 
 
 def _subject(selection: Selection) -> list[Any]:
@@ -464,17 +473,7 @@ def _finals(session: Session, selection: Selection) -> dict[int, list[_FinalRow]
     """The finals of the selection (with ``since``, those timed since), by job: each finalist's
     timing with its program hash and keys, the winner first."""
     query = (
-        select(
-            FinalistTiming,
-            Candidate.program_hash,
-            Workload.key.label("workload_key"),
-            Target.key.label("target_key"),
-            Device.key.label("device_key"),
-        )
-        .join(Candidate, Candidate.id == FinalistTiming.candidate_id)
-        .join(Workload, Workload.id == Candidate.workload_id)
-        .join(Target, Target.id == Candidate.target_id)
-        .outerjoin(Device, Device.id == FinalistTiming.device_id)
+        _with_keys(FinalistTiming, Candidate.program_hash)
         .where(*_subject(selection))
         .order_by(FinalistTiming.job_id, FinalistTiming.rank)
     )
@@ -520,14 +519,9 @@ def _workload_line(workload: Workload) -> dict[str, Any]:
         program = workload.source
     else:
         from autosched.admission import program_json
-        from autosched.workloads import get_workload
+        from autosched.workload import resolve_workload
 
-        built = get_workload(workload.name, workload.params)
-        if built.key != workload.key:
-            raise UserError(
-                f"workload {workload.name} ({workload.key}) rebuilds with key {built.key}: "
-                "its definition or the TVM version changed since it was tuned"
-            )
+        built = resolve_workload(WorkloadRef(workload.name, workload.params, workload.key))
         program = program_json(built.func)
     return {
         "type": "workload",

@@ -5,7 +5,9 @@ its own module opens the log and writes to it."""
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
+from collections.abc import Sequence
+from dataclasses import fields
+from typing import Any, TypeVar
 
 from sqlalchemy import Select, and_, case, func, select
 from sqlalchemy.orm import Session, sessionmaker
@@ -28,6 +30,8 @@ from autosched.records import (
     TunedRecord,
     WorkloadInfo,
 )
+
+Record = TypeVar("Record")
 
 
 class LogReads:
@@ -241,20 +245,32 @@ class LogReads:
         return workload_info(row)
 
 
+def record_of(record: type[Record], row: object, **computed: Any) -> Record:
+    """The ``record`` (a dataclass) of a table's ``row``: each field from the column of the same
+    name, but for the ``computed`` fields (renamed or derived), given here."""
+    columns = {
+        field.name: getattr(row, field.name)
+        for field in fields(record)
+        if field.name not in computed
+    }
+    return record(**columns, **computed)
+
+
+def workload_ids(session: Session, keys: Sequence[str | None]) -> list[int | None]:
+    """The id of the stored workload of each of ``keys``, read in ``session`` (None for None); a
+    key of no stored workload raises KeyError."""
+    given = [key for key in keys if key is not None]
+    query = select(Workload.key, Workload.id).where(Workload.key.in_(given))
+    ids = dict(session.execute(query).tuples().all())
+    return [None if key is None else ids[key] for key in keys]
+
+
 def workload_info(row: Workload) -> WorkloadInfo:
-    return WorkloadInfo(
-        id=row.id,
-        key=row.key,
-        name=row.name,
-        params=row.params,
-        tvmscript=row.tvmscript,
-        flops=row.flops,
-        source=row.source,
-    )
+    return record_of(WorkloadInfo, row)
 
 
 def target_info(row: Target) -> TargetInfo:
-    return TargetInfo(id=row.id, key=row.key, kind=row.kind, target_json=row.target_json)
+    return record_of(TargetInfo, row)
 
 
 def best_row(

@@ -422,3 +422,12 @@ class TuningLog(LogReads, Closing):
                 else None,
             )
         )
+
+
+class LogStore:
+    """The base of the stores of some of the log's tables (jobs, leases, tokens, ...): they run
+    their transactions on the log's sessions, one a method unless it takes a session."""
+
+    def __init__(self, log: TuningLog) -> None:
+        self._log = log
+        self._sessions = log.sessions

@@ -14,7 +14,7 @@ from enum import Enum
 from sqlalchemy import select
 
 from autosched.errors import UserError
-from autosched.log.store import TuningLog
+from autosched.log.store import LogStore
 from autosched.log.tables import ApiToken, utcnow
 
 MIN_TOKEN_CHARS = 32  # ``create`` makes 43 characters (256 random bits)
@@ -58,7 +58,7 @@ class Credential:
         return f"token:{self.id}"
 
 
-class TokenStore:
+class TokenStore(LogStore):
     """The API tokens of a tuning log.
 
     Contract:
@@ -66,9 +66,6 @@ class TokenStore:
         * ``authenticate`` accepts a token only while it is stored and not revoked.
         * Thread safety: as ``TuningLog``; one store may be shared by threads.
     """
-
-    def __init__(self, log: TuningLog) -> None:
-        self._log = log
 
     def create(self, role: Role, name: str) -> str:
         """Make a new random token of ``role``; returns it, the only time it is ever shown.

@@ -12,8 +12,8 @@ from typing import Any
 
 from sqlalchemy import delete, select
 
-from autosched.log.queries import best_row, record_view
-from autosched.log.store import TuningLog
+from autosched.log.queries import best_row, record_of, record_view, workload_ids
+from autosched.log.store import LogStore
 from autosched.log.tables import Target, TunedModel, TunedModelTask, Workload, utcnow
 from autosched.records import BASELINE_TRACE, compiled_schedule
 
@@ -54,11 +54,8 @@ class TunedModelView:
     tasks: tuple[ModelTaskEntry, ...]
 
 
-class TunedModelStore:
+class TunedModelStore(LogStore):
     """The tuned models of ``log``: every method is one transaction."""
-
-    def __init__(self, log: TuningLog) -> None:
-        self._log = log
 
     def record(
         self,
@@ -98,22 +95,16 @@ class TunedModelStore:
                 for field, value in values.items():
                     setattr(row, field, value)
                 session.execute(delete(TunedModelTask).where(TunedModelTask.model_id == row.id))
-            keys = [task.workload_key for task in tasks if task.workload_key is not None]
-            ids = {
-                workload_key: workload_id
-                for workload_key, workload_id in session.execute(
-                    select(Workload.key, Workload.id).where(Workload.key.in_(keys))
-                )
-            }
+            ids = workload_ids(session, [task.workload_key for task in tasks])
             session.add_all(
                 TunedModelTask(
                     model_id=row.id,
-                    workload_id=None if task.workload_key is None else ids[task.workload_key],
+                    workload_id=workload_id,
                     name=task.name,
                     weight=task.weight,
                     default_schedule=task.default_schedule,
                 )
-                for task in tasks
+                for task, workload_id in zip(tasks, ids, strict=True)
             )
 
     def list(self) -> list[TunedModelView]:
@@ -147,17 +138,11 @@ class TunedModelStore:
                         )
                     )
                 views.append(
-                    TunedModelView(
-                        key=model.key,
-                        name=model.name,
-                        format=model.format,
+                    record_of(
+                        TunedModelView,
+                        model,
                         inputs=list(model.inputs.get("inputs", [])),
                         target_json=dict(target.target_json),
-                        estimated_secs=model.estimated_secs,
-                        untuned_secs=model.untuned_secs,
-                        reference=model.reference,
-                        max_abs_error=model.max_abs_error,
-                        tuned_at=model.tuned_at,
                         tasks=tuple(tasks),
                     )
                 )

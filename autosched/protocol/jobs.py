@@ -184,7 +184,7 @@ class JobsPublic(BaseModel):
     count: int
 
 
-class JobMeasurementPublic(BaseModel):
+class JobMeasurementPublic(FromRecord):
     """A measurement of a job's candidate; ``trial`` counts as ``trials_done`` does (None for the
     untuned baseline). A failed one has an ``error_kind`` and no median."""
 

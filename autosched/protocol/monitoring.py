@@ -7,10 +7,10 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from autosched.protocol.common import TargetPublic
+from autosched.protocol.common import FromRecord, TargetPublic
 
 
-class WorkerStatusPublic(BaseModel):
+class WorkerStatusPublic(FromRecord):
     """A registered worker: ``alive`` while heard from within the server's worker timeout."""
 
     id: int
@@ -35,7 +35,7 @@ class WorkersStatusPublic(BaseModel):
     count: int
 
 
-class TargetQueuePublic(BaseModel):
+class TargetQueuePublic(FromRecord):
     """One target's queue."""
 
     target: TargetPublic
@@ -56,7 +56,7 @@ class QueuePublic(BaseModel):
     jobs_by_status: dict[str, int]
 
 
-class CostModelPublic(BaseModel):
+class CostModelPublic(FromRecord):
     """A version of a target family's shared cost model; ``scores`` holds its leave-workload-out
     evaluation (mean pairwise rank accuracy, top-1 and top-5 per model), if it was scored."""
 

@@ -21,7 +21,7 @@ from autosched.log.jobs import JobStore, no_job
 from autosched.log.leases import LeaseQueue
 from autosched.log.model_jobs import ModelJobStore, no_model_job
 from autosched.log.tokens import LOCAL_PRINCIPAL, Credential, Role, TokenStore
-from autosched.protocol import MAX_ID, Problem
+from autosched.protocol import MAX_ID, MAX_PAGE, Problem
 from autosched.server.settings import Settings
 
 
@@ -68,6 +68,9 @@ LeasesDep = Annotated[LeaseQueue, Depends(get_leases)]
 ModelsDep = Annotated[ModelJobStore, Depends(get_models)]
 # Ids in paths are 32-bit in the database; a larger number is bad input, not a server error.
 PathId = Annotated[int, Path(ge=1, le=MAX_ID)]
+# A page of a list: ``limit`` items from the ``offset``-th on.
+PageLimit = Annotated[int, Query(ge=1, le=MAX_PAGE)]
+PageOffset = Annotated[int, Query(ge=0, le=MAX_ID)]
 TargetQuery = Annotated[
     str,
     Query(

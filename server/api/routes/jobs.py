@@ -10,8 +10,6 @@ from fastapi import APIRouter, Query, status
 from autosched.errors import UserError
 from autosched.finals.timings import FinalistStore
 from autosched.protocol import (
-    MAX_ID,
-    MAX_PAGE,
     BestPublic,
     JobCreate,
     JobMeasurementPublic,
@@ -19,6 +17,7 @@ from autosched.protocol import (
     JobPublic,
     JobsPublic,
 )
+from autosched.protocol.common import read
 from autosched.records import JobStatus
 from autosched.server.api.deps import (
     JobScope,
@@ -26,6 +25,8 @@ from autosched.server.api.deps import (
     LeasesDep,
     LogDep,
     OwnJobId,
+    PageLimit,
+    PageOffset,
     ReaderAuth,
     SettingsDep,
     Submitter,
@@ -67,8 +68,8 @@ def submit_job(
 def list_jobs(
     jobs: JobsDep,
     scope: JobScope,
-    limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 100,
-    offset: Annotated[int, Query(ge=0, le=MAX_ID)] = 0,
+    limit: PageLimit = 100,
+    offset: PageOffset = 0,
     status: Annotated[JobStatus | None, Query(description="Only jobs of this status.")] = None,
     target: Annotated[
         str | None,
@@ -93,23 +94,12 @@ def get_job(job_id: OwnJobId, jobs: JobsDep, log: LogDep) -> JobPublic:
 def list_job_measurements(
     job_id: OwnJobId,
     jobs: JobsDep,
-    limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 100,
-    offset: Annotated[int, Query(ge=0, le=MAX_ID)] = 0,
+    limit: PageLimit = 100,
+    offset: PageOffset = 0,
 ) -> JobMeasurementsPublic:
     """The job's measurements in the order they were stored: timings, and failures by kind."""
     page, count = jobs.measurements(job_id, limit=limit, offset=offset)
-    data = [
-        JobMeasurementPublic(
-            candidate_id=item.record.candidate_id,
-            trial=item.trial,
-            median_secs=item.record.median_secs,
-            error_kind=item.record.error_kind,
-            error_msg=item.record.error_msg,
-            verified=item.record.verified,
-            measured_at=item.record.measured_at,
-        )
-        for item in page
-    ]
+    data = [read(JobMeasurementPublic, item.record, trial=item.trial) for item in page]
     return JobMeasurementsPublic(data=data, count=count)
 
 

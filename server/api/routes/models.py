@@ -11,8 +11,6 @@ from fastapi.responses import Response
 
 from autosched.errors import UserError
 from autosched.protocol import (
-    MAX_ID,
-    MAX_PAGE,
     ModelJobCreate,
     ModelJobPublic,
     ModelJobsPublic,
@@ -23,6 +21,8 @@ from autosched.server.api.deps import (
     LogDep,
     ModelsDep,
     OwnModelId,
+    PageLimit,
+    PageOffset,
     ReaderAuth,
     SettingsDep,
     Submitter,
@@ -96,8 +96,8 @@ def submit_model_job(
 def list_model_jobs(
     models: ModelsDep,
     scope: JobScope,
-    limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 100,
-    offset: Annotated[int, Query(ge=0, le=MAX_ID)] = 0,
+    limit: PageLimit = 100,
+    offset: PageOffset = 0,
 ) -> ModelJobsPublic:
     """A page of the caller's model jobs (an admin's: every one), newest first, each with its
     tasks."""

@@ -10,17 +10,15 @@ from fastapi import APIRouter, Query
 
 from autosched.log.costmodels import CostModelStore
 from autosched.protocol import (
-    MAX_ID,
-    MAX_PAGE,
     CostModelPublic,
     CostModelsPublic,
     QueuePublic,
-    TargetPublic,
     TargetQueuePublic,
     WorkersStatusPublic,
     WorkerStatusPublic,
 )
-from autosched.server.api.deps import LeasesDep, LogDep, ReaderAuth
+from autosched.protocol.common import read
+from autosched.server.api.deps import LeasesDep, LogDep, PageLimit, PageOffset, ReaderAuth
 
 router = APIRouter(tags=["monitoring"], dependencies=[ReaderAuth])
 
@@ -28,25 +26,14 @@ router = APIRouter(tags=["monitoring"], dependencies=[ReaderAuth])
 @router.get("/workers")
 def list_workers(
     leases: LeasesDep,
-    limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 100,
-    offset: Annotated[int, Query(ge=0, le=MAX_ID)] = 0,
+    limit: PageLimit = 100,
+    offset: PageOffset = 0,
 ) -> WorkersStatusPublic:
     """Registered workers, the most recently heard from first: target, device, last heartbeat,
     the lease in hand and recent results."""
     page, count = leases.workers(limit=limit, offset=offset)
     data = [
-        WorkerStatusPublic(
-            id=worker.id,
-            name=worker.name,
-            target=TargetPublic.of(worker.target),
-            fingerprint=worker.fingerprint,
-            registered_at=worker.registered_at,
-            heartbeat_at=worker.heartbeat_at,
-            alive=worker.alive,
-            lease_id=worker.lease_id,
-            leased=worker.leased,
-            results_per_minute=worker.device_results_last_minute,
-        )
+        read(WorkerStatusPublic, worker, results_per_minute=worker.device_results_last_minute)
         for worker in page
     ]
     return WorkersStatusPublic(data=data, count=count)
@@ -56,23 +43,11 @@ def list_workers(
 def queue(leases: LeasesDep) -> QueuePublic:
     """Queue depth per target, leases, live workers, results per second and jobs by status."""
     metrics = leases.metrics()
-    targets = [
-        TargetQueuePublic(
-            target=TargetPublic.of(item.target),
-            queued=item.queued,
-            leased=item.leased,
-            workers_alive=item.workers_alive,
-        )
-        for item in leases.queue_by_target()
-    ]
-    return QueuePublic(
-        targets=targets,
-        queued=metrics.queued,
-        leased=metrics.leased,
-        active_leases=metrics.active_leases,
-        workers_alive=metrics.workers_alive,
+    return read(
+        QueuePublic,
+        metrics,
+        targets=[TargetQueuePublic.of(item) for item in leases.queue_by_target()],
         results_per_second=metrics.results_last_minute / 60,
-        jobs_by_status=metrics.jobs_by_status,
     )
 
 
@@ -86,19 +61,5 @@ def list_cost_models(
 ) -> CostModelsPublic:
     """Versions of the shared cost models by family and version, with when and on how much they
     were trained and their leave-workload-out scores."""
-    versions = CostModelStore(log).versions(family)
-    data = [
-        CostModelPublic(
-            id=model.id,
-            family=model.family,
-            version=model.version,
-            objective=model.objective,
-            features=model.features,
-            created_at=model.created_at,
-            trained_on=model.trained_on,
-            workloads=model.workloads,
-            scores=model.scores,
-        )
-        for model in versions
-    ]
+    data = [CostModelPublic.of(model) for model in CostModelStore(log).versions(family)]
     return CostModelsPublic(data=data, count=len(data))

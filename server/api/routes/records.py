@@ -6,8 +6,15 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from autosched.protocol import MAX_ID, MAX_PAGE, RecordPublic, RecordsPublic
-from autosched.server.api.deps import ClientAuth, LeasesDep, LogDep, TargetQuery
+from autosched.protocol import RecordPublic, RecordsPublic
+from autosched.server.api.deps import (
+    ClientAuth,
+    LeasesDep,
+    LogDep,
+    PageLimit,
+    PageOffset,
+    TargetQuery,
+)
 from autosched.server.api.resolve import stored_workload, tuned_target
 
 router = APIRouter(prefix="/records", tags=["records"], dependencies=[ClientAuth])
@@ -19,8 +26,8 @@ def list_records(
     target: TargetQuery,
     log: LogDep,
     leases: LeasesDep,
-    limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 100,
-    offset: Annotated[int, Query(ge=0, le=MAX_ID)] = 0,
+    limit: PageLimit = 100,
+    offset: PageOffset = 0,
 ) -> RecordsPublic:
     """Every measurement of the workload on the target, in the order they were stored."""
     found_workload = stored_workload(log, workload)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Annotated, TypeVar
+from typing import Annotated, TypeVar
 
 import typer
 from rich.console import Console
@@ -16,11 +16,7 @@ from rich.table import Table
 
 from autosched.cli.options import DbOpt, JsonOpt, open_log
 
-if TYPE_CHECKING:
-    from autosched.log import TuningLog
-
 T = TypeVar("T")
-ProgressCallback = Callable[[int, int], None]
 
 model_app = typer.Typer(
     name="model",
@@ -72,9 +68,14 @@ def _checked_objective(objective: str | None) -> str:
 
 
 def _on_family_log(
-    db: str | None, show_progress: bool, work: Callable[[TuningLog, ProgressCallback], T]
+    db: str | None,
+    show_progress: bool,
+    work: Callable[..., T],
+    family: str,
+    **options: object,
 ) -> T:
-    """Run ``work`` on the log at ``db``, showing its feature extraction unless told not to."""
+    """``work(log, family, **options, on_progress=...)`` on the log at ``db``, showing its
+    feature extraction unless told not to."""
     log = open_log(db, must_exist=True)
     progress = Progress(
         TextColumn("extracting features"),
@@ -85,9 +86,13 @@ def _on_family_log(
         transient=True,
     )
     task = progress.add_task("features", total=None)
+
+    def on_progress(done: int, total: int) -> None:
+        progress.update(task, completed=done, total=total)
+
     try:
         with progress:
-            return work(log, lambda done, total: progress.update(task, completed=done, total=total))
+            return work(log, family, **options, on_progress=on_progress)
     finally:
         log.close()
 
@@ -105,14 +110,9 @@ def train(
     """Train a new version of the family's model on every measurement in the log."""
     from autosched.costmodel.shared import train_shared
 
-    family = _family(target)
-    objective = _checked_objective(objective)
+    family, objective = _family(target), _checked_objective(objective)
     trained = _on_family_log(
-        db,
-        not as_json,
-        lambda log, on_progress: train_shared(
-            log, family, objective=objective, evaluate=not no_eval, on_progress=on_progress
-        ),
+        db, not as_json, train_shared, family, objective=objective, evaluate=not no_eval
     )
     if as_json:
         print(json.dumps({**trained.model.as_json(), "secs": trained.secs}))
@@ -139,14 +139,9 @@ def evaluate(
     """Score the family's model on each workload held out in turn, against a per-job model."""
     from autosched.costmodel.shared import evaluate_family
 
-    family = _family(target)
-    objective = _checked_objective(objective)
+    family, objective = _family(target), _checked_objective(objective)
     evaluation = _on_family_log(
-        db,
-        not as_json,
-        lambda log, on_progress: evaluate_family(
-            log, family, objective=objective, first=first, on_progress=on_progress
-        ),
+        db, not as_json, evaluate_family, family, objective=objective, first=first
     )
     document = evaluation.as_json()
     if as_json:

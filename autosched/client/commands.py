@@ -96,53 +96,45 @@ def submit(
 
     from autosched.protocol import JobCreate, ModelJobCreate, problem_line
 
+    kind: type[JobCreate] | type[ModelJobCreate]
     if is_model_file(workload):
         if param or file is not None:
             raise UserError("-p and --file describe a workload; a model file takes --input")
         refused = SERVICE_REFUSALS.get(Path(workload).suffix)
         if refused is not None:
             raise UserError(f"{workload}: {refused}")
+        kind = ModelJobCreate
         document: dict[str, Any] = {
             "inputs": model_input or [],
             "target": target.strip(),
-            "trials": trials,
             "batch_size": batch or ROUND_TRIALS,
-            "seed": seed,
-            "strategy": strategy,
-            "finalists": finalists,
             "final_rounds": rounds,
         }
-        try:
-            fields = ModelJobCreate.model_validate(document)
-        except ValidationError as error:
-            raise UserError(problem_line(error.errors())) from None
-        with _client(server, token) as client:
-            model = client.submit_model(Path(workload), fields)
-        print(model.model_dump_json() if as_json else model.id)
-        if not as_json:
-            _next(f"autosched status --model {model.id} --watch{_server_option(server)}")
-        return
-    if model_input:
-        raise UserError("--input sets a model file's input shapes; a workload takes -p")
-    document = {
-        "workload": _workload_document(workload, param, file),
-        "target": _target_document(target),
-        "trials": trials,
-        "batch_size": batch or 64,
-        "seed": seed,
-        "strategy": strategy,
-        "finalists": finalists,
-        "rounds": rounds,
-    }
+    else:
+        if model_input:
+            raise UserError("--input sets a model file's input shapes; a workload takes -p")
+        kind = JobCreate
+        document = {
+            "workload": _workload_document(workload, param, file),
+            "target": _target_document(target),
+            "batch_size": batch or 64,
+            "rounds": rounds,
+        }
+    search = {"trials": trials, "seed": seed, "strategy": strategy, "finalists": finalists}
     try:
-        job = JobCreate.model_validate(document)
+        fields = kind.model_validate({**document, **search})
     except ValidationError as error:
         raise UserError(problem_line(error.errors())) from None
     with _client(server, token) as client:
-        created = client.submit(job)
+        if isinstance(fields, ModelJobCreate):
+            created: JobPublic | ModelJobPublic = client.submit_model(Path(workload), fields)
+            watched = f"--model {created.id}"
+        else:
+            created = client.submit(fields)
+            watched = str(created.id)
     print(created.model_dump_json() if as_json else created.id)
     if not as_json:
-        _next(f"autosched status {created.id} --watch{_server_option(server)}")
+        _next(f"autosched status {watched} --watch{_server_option(server)}")
 
 
 def _next(command: str) -> None:

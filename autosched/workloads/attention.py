@@ -50,6 +50,25 @@ def _softmax_context(
     return te.compute((B, T_, D), lambda b, t, d: weighted[b, t, d].astype(dtype), name=name)
 
 
+def _projection(
+    rows: te.Tensor, weight: te.Tensor, acc: str, name: str, loops: str, reduce: str
+) -> te.Tensor:
+    """``rows @ weight^T`` in ``acc``: rows (B, N, D) by a weight (out, D), a projection of an
+    attention's states. ``loops`` names its three loops and ``reduce`` its reduction."""
+    B, N, D = (int(d) for d in rows.shape)
+    e = te.reduce_axis((0, D), name=reduce)
+
+    def project(b: tirx.Var, n: tirx.Var, o: tirx.Var) -> tirx.PrimExpr:
+        return te.sum(weight[o, e].astype(acc) * rows[b, n, e].astype(acc), axis=e)
+
+    return te.compute(
+        (B, N, int(weight.shape[0])),
+        lambda *index: project(*index),
+        name=name,
+        varargs_names=list(loops),
+    )
+
+
 def _softmax_rows(scores: np.ndarray) -> np.ndarray:
     shifted = np.exp(scores - scores.max(axis=-1, keepdims=True))
     return shifted / shifted.sum(axis=-1, keepdims=True)
@@ -75,12 +94,7 @@ def attention_luong(B: int, T: int, S: int, D: int, dtype: str) -> Workload:
     target = te.placeholder((B, T, D), dtype, name="target")
     source = te.placeholder((B, S, D), dtype, name="source")
     w_a = te.placeholder((D, D), dtype, name="W_a")
-    e = te.reduce_axis((0, D), name="e")
-    projected = te.compute(
-        (B, S, D),
-        lambda b, s, d: te.sum(w_a[d, e].astype(acc) * source[b, s, e].astype(acc), axis=e),
-        name="projected",
-    )
+    projected = _projection(source, w_a, acc, "projected", "bsd", "e")
     k = te.reduce_axis((0, D), name="k")
     scores = te.compute(
         (B, T, S),
@@ -119,18 +133,8 @@ def attention_bahdanau(B: int, T: int, S: int, D: int, A: int, dtype: str) -> Wo
     w_q = te.placeholder((A, D), dtype, name="W_q")
     w_k = te.placeholder((A, D), dtype, name="W_k")
     v = te.placeholder((A,), dtype, name="v")
-    e1 = te.reduce_axis((0, D), name="e1")
-    query_proj = te.compute(
-        (B, T, A),
-        lambda b, t, a: te.sum(w_q[a, e1].astype(acc) * query[b, t, e1].astype(acc), axis=e1),
-        name="query_proj",
-    )
-    e2 = te.reduce_axis((0, D), name="e2")
-    source_proj = te.compute(
-        (B, S, A),
-        lambda b, s, a: te.sum(w_k[a, e2].astype(acc) * source[b, s, e2].astype(acc), axis=e2),
-        name="source_proj",
-    )
+    query_proj = _projection(query, w_q, acc, "query_proj", "bta", "e1")
+    source_proj = _projection(source, w_k, acc, "source_proj", "bsa", "e2")
     r = te.reduce_axis((0, A), name="r")
     scores = te.compute(
         (B, T, S),

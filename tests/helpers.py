@@ -1,26 +1,31 @@
 """Helpers shared by the tests: a free loopback port, waiting for a condition, running the
-`autosched` command line in a process of its own (``conftest.cli`` runs it in-process),
+`autosched` command line in a process of its own (``conftest.cli`` runs it in-process), the
+service served in one,
 threads released at once, process pool children started as autosched's processes are, this
-machine's target on one core, and a job started on a tuning log."""
+machine's target on one core, and a job and a cost model stored in a tuning log."""
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from multiprocessing.synchronize import Barrier as BarrierType
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
+import httpx
 import psutil
 import pytest
 
 from autosched.log import TuningLog
+from autosched.log.costmodels import CostModelStore
 from autosched.log.jobs import JobStore
 from autosched.target import host_target
 from autosched.torch_guard import keep_torch_out
@@ -78,6 +83,23 @@ def start_job(
     )
 
 
+def add_cost_model(
+    log: TuningLog, family: str, scores: dict[str, Any] | None, *, workloads: int = 3
+) -> None:
+    """A made-up version of ``family``'s shared cost model, trained on 100 rows of ``workloads``
+    workloads and scored ``scores``: what is listed of a model, its booster no model."""
+    CostModelStore(log).add(
+        family=family,
+        objective="pairwise",
+        features="per-store-164",
+        booster=b"not a model",
+        trained_on=100,
+        workloads=workloads,
+        last_measurement_id=0,
+        scores=scores,
+    )
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that nothing listens on right now."""
     with socket.socket() as sock:
@@ -123,6 +145,36 @@ def autosched(
     if check and result.returncode != 0:
         raise AssertionError(f"autosched {' '.join(args)} failed:\n{result.stderr}")
     return result
+
+
+@contextmanager
+def served(tmp_path: Path, port: int, *, capture: bool = False) -> Iterator[subprocess.Popen[str]]:
+    """`autosched serve --no-auth` on ``port`` over a new SQLite log in ``tmp_path``, given once
+    it answers /healthz (AssertionError where it dies first or takes over 120 s), killed on leaving
+    where it still runs. With ``capture`` its output can be read from its stdout."""
+    env = {**os.environ, "AUTOSCHED_DB": f"sqlite:///{tmp_path / 'served.db'}"}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "autosched", "serve", "--no-auth", "--port", str(port)],
+        env=env,
+        stdout=subprocess.PIPE if capture else subprocess.DEVNULL,
+        stderr=subprocess.STDOUT if capture else subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            assert process.poll() is None, process.stdout.read() if process.stdout else "no serve"
+            try:
+                httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1)
+                break
+            except httpx.TransportError:
+                assert time.monotonic() < deadline, "serve did not answer within 120 s"
+                time.sleep(0.2)
+        yield process
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
 
 
 def start_like_autosched(barrier: BarrierType) -> None:

@@ -5,17 +5,13 @@ whose buffer accesses are proven within their buffers."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import httpx
 import pytest
 import tvm
-from helpers import Cli, free_port
+from helpers import Cli, free_port, served
 from tvm.script import tirx as T
 
 from autosched.admission import NODE_TYPES, PURE_MATH_OPS, admit_program, program_json
@@ -504,31 +500,12 @@ def test_a_served_api_outlives_programs_built_to_exhaust_it(tmp_path: Path) -> N
     _doubled_48_times(doubled)
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    env = {**os.environ, "AUTOSCHED_DB": f"sqlite:///{tmp_path / 'served.db'}"}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "autosched", "serve", "--no-auth", "--port", str(port)],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            assert process.poll() is None, "serve did not start"
-            try:
-                httpx.get(f"{url}/healthz", timeout=1)
-                break
-            except httpx.TransportError:
-                assert time.monotonic() < deadline, "serve did not answer within 120 s"
-                time.sleep(0.2)
+    with served(tmp_path, port):
         for graph, message in [(deep, "nests over the limit"), (doubled, "grows to over")]:
             body = {"workload": {"ir_json": json.dumps(graph)}, "target": host_target()}
             refused = httpx.post(f"{url}/api/v1/jobs", json=body, timeout=60)
             assert refused.status_code == 422 and message in refused.json()["detail"]
         assert httpx.get(f"{url}/healthz", timeout=5).json() == {"status": "ok"}
-    finally:
-        process.kill()
-        process.wait()
 
 
 def test_a_stored_workload_never_changes_into_another_program(log: TuningLog) -> None:

@@ -23,11 +23,10 @@ from pathlib import Path
 import httpx
 import pytest
 import uvicorn
-from helpers import free_port, wait_for
+from helpers import add_cost_model, free_port, wait_for
 from playwright.sync_api import Browser, ConsoleMessage, Page, expect, sync_playwright
 
 from autosched.log import TuningLog
-from autosched.log.costmodels import CostModelStore
 from autosched.log.tokens import Role, TokenStore
 from autosched.measure import LocalMeasurer, MeasureConfig
 from autosched.server.api.app import create_app
@@ -284,16 +283,8 @@ def test_the_queue_and_the_cost_models_scores_over_time(served: Served, tab: Tab
     scores = [0.62, 0.71, 0.78]
     with TuningLog(served.db_url) as log:  # a family no job of this module tunes for
         for pairwise in scores:
-            CostModelStore(log).add(
-                family="cuda:sm_90",
-                objective="pairwise",
-                features="per-store-164",
-                booster=b"not a model",
-                trained_on=100,
-                workloads=4,
-                last_measurement_id=0,
-                scores={"shared": {"pairwise": pairwise, "top1": 0.5, "top5": 0.9}},
-            )
+            shared = {"pairwise": pairwise, "top1": 0.5, "top5": 0.9}
+            add_cost_model(log, "cuda:sm_90", {"shared": shared}, workloads=4)
     tab.open(served.tokens[Role.CLIENT])
     tab.show("#/queue")
     chart = tab.page.locator("svg[data-chart='scores cuda:sm_90']")

@@ -16,10 +16,9 @@ from typing import Any
 import httpx
 import pytest
 from fastapi.testclient import TestClient
-from helpers import on_sqlite
+from helpers import add_cost_model, on_sqlite
 from sqlalchemy import update
 
-from autosched.log.costmodels import CostModelStore
 from autosched.log.jobs import JobStore
 from autosched.log.tables import Worker
 from autosched.log.tokens import Role
@@ -180,19 +179,10 @@ def test_the_queue_is_counted_per_target(service: Service) -> None:
 
 
 def test_cost_model_versions_are_listed_with_their_scores(service: Service) -> None:
-    models = CostModelStore(service.app.state.stores.log)
+    log = service.app.state.stores.log
     scores = {"method": "leave-workload-out", "shared": {"pairwise": 0.8, "top1": 0.5, "top5": 0.9}}
     for family, scored in [("llvm:znver3", None), ("llvm:znver3", scores), ("cuda:sm_90", None)]:
-        models.add(
-            family=family,
-            objective="pairwise",
-            features="per-store-164",
-            booster=b"booster",
-            trained_on=100,
-            workloads=3,
-            last_measurement_id=0,
-            scores=scored,
-        )
+        add_cost_model(log, family, scored)
     listed = service.get("/cost-models")
     assert listed["count"] == 3
     assert [(m["family"], m["version"]) for m in listed["data"]] == [

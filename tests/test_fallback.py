@@ -179,33 +179,13 @@ def test_export_fallback_prints_the_level(
     program = tmp_path / "vadd.json"
     program.write_text(workload.source)
     out = tmp_path / "vadd.py"
-    result = cli(
-        "export",
-        "--file",
-        str(program),
-        "--target",
-        json.dumps(ALDERLAKE),
-        "--db",
-        log.url,
-        "--fallback",
-        "--output",
-        str(out),
-    )
+    export = ["export", "--file", str(program), "--target", json.dumps(ALDERLAKE), "--db", log.url]
+    result = cli(*export, "--fallback", "--output", str(out))
     assert result.code == 0, result.err
     assert "matched at level isa" in result.out
     header = out.read_text()
     assert '# match: "isa"' in header and '"mcpu": "znver3"' in header
-    refused = cli(
-        "export",
-        "--file",
-        str(program),
-        "--target",
-        json.dumps(ALDERLAKE),
-        "--db",
-        log.url,
-        "--output",
-        str(out),
-    )
+    refused = cli(*export, "--output", str(out))
     assert refused.code == 2 and "no tuned schedule" in refused.err
 
 

@@ -157,13 +157,8 @@ def test_a_worker_cannot_report_the_candidates_of_another_workers_lease(service:
 
 
 def test_a_worker_cannot_time_a_final_its_lease_does_not_hold(service: Service) -> None:
-    job = service.submit(TARGET, trials=2, finalists=2, rounds=3)
-    service.queue(job, ['["a"]', '["b"]', BASELINE_TRACE])
-    timer = Worker.register(service)
-    measured = timer.lease(3)
     singles = {'["a"]': 1e-3, '["b"]': 2e-3, BASELINE_TRACE: 5e-3}
-    results = [_timed(c["candidate_id"], singles[c["trace_json"]]) for c in measured["candidates"]]
-    assert timer.report(measured["id"], results).json()["stored"] == 3
+    job, timer = _measured_by_one_worker(service, singles)
     assert Finals(service.log).plan(job) is FinalState.QUEUED
     final = timer.lease(4)
     entrants = [e["candidate_id"] for e in final["final"]["entrants"]]
@@ -243,17 +238,24 @@ def test_a_final_timed_faster_than_any_machine_of_the_target_is_refused(
     assert service.job(job)["final"]["state"] == "leased" and service.job(job)["finalists"] == []
 
 
+def _measured_by_one_worker(service: Service, singles: dict[str, float]) -> tuple[int, Worker]:
+    """A job of the programs of ``singles`` (traces, the untuned one among them) whose one worker
+    so far has timed each once as ``singles`` says, checked. Returns the job and the worker."""
+    job = service.submit(TARGET, trials=len(singles) - 1, finalists=2, rounds=3)
+    service.queue(job, list(singles))
+    worker = Worker.register(service)
+    lease = worker.lease(len(singles))
+    results = [_timed(c["candidate_id"], singles[c["trace_json"]]) for c in lease["candidates"]]
+    assert worker.report(lease["id"], results).json()["stored"] == len(singles)
+    return job, worker
+
+
 def _a_lie_measured(service: Service) -> tuple[int, Worker]:
     """A job whose only worker so far, the forger, claims its slow program runs in a microsecond,
     checked: possible, but a lie. Returns the job and the forger."""
-    job = service.submit(TARGET, trials=2, finalists=2, rounds=3)
-    service.queue(job, ['["slow"]', '["fast"]', BASELINE_TRACE])
-    forger = Worker.register(service)
-    lease = forger.lease(3)
-    claims = {'["slow"]': 1e-6, '["fast"]': 2e-3, BASELINE_TRACE: 5e-3}
-    results = [_timed(c["candidate_id"], claims[c["trace_json"]]) for c in lease["candidates"]]
-    assert forger.report(lease["id"], results).json()["stored"] == 3
-    return job, forger
+    return _measured_by_one_worker(
+        service, {'["slow"]': 1e-6, '["fast"]': 2e-3, BASELINE_TRACE: 5e-3}
+    )
 
 
 def test_a_best_from_one_workers_single_shot_is_unconfirmed_until_the_final_times_it(

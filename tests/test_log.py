@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import multiprocessing
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -62,6 +63,16 @@ class Job:
     target_id: int
 
 
+@contextmanager
+def _engine(db_url: str) -> Iterator[Engine]:
+    """An engine on the test's database that pools no connection, disposed of on leaving."""
+    engine = create_engine(db_url, poolclass=NullPool)
+    try:
+        yield engine
+    finally:
+        engine.dispose()
+
+
 def _programs(log: TuningLog, workload_id: int, target_id: int) -> set[str]:
     return {record.program_hash for record in log.records(workload_id, target_id)}
 
@@ -103,34 +114,27 @@ def failed(
 def test_migrations_create_every_table_and_reopening_changes_nothing(db_url: str) -> None:
     with TuningLog(db_url) as log:
         workload = log.ensure_workload(key="w", name="n", params={}, tvmscript="", flops=None)
-    engine = create_engine(db_url, poolclass=NullPool)
-    try:
+    with _engine(db_url) as engine:
         assert set(inspect(engine).get_table_names()) == TABLES | {VERSION_TABLE}
         with TuningLog(db_url) as log:
             assert log.find_workload("w") == workload
         with engine.connect() as connection:
             versions = connection.execute(text(f"SELECT version_num FROM {VERSION_TABLE}")).all()
         assert versions == [(_head_revision(),)]
-    finally:
-        engine.dispose()
 
 
 def test_migrations_match_the_models(db_url: str) -> None:
-    engine = create_engine(db_url, poolclass=NullPool)
-    try:
+    with _engine(db_url) as engine:
         run_migrations(engine)
         with engine.connect() as connection:
             context = MigrationContext.configure(
                 connection, opts={"compare_type": True, "version_table": VERSION_TABLE}
             )
             assert compare_metadata(context, Base.metadata) == []
-    finally:
-        engine.dispose()
 
 
 def test_a_fresh_log_gets_the_schema_the_migrations_build(db_url: str) -> None:
-    engine = create_engine(db_url, poolclass=NullPool)
-    try:
+    with _engine(db_url) as engine:
         run_migrations(engine)
         migrated = _schema(engine)
         with engine.begin() as connection:
@@ -141,8 +145,6 @@ def test_a_fresh_log_gets_the_schema_the_migrations_build(db_url: str) -> None:
         assert _schema(engine) == migrated
         upgrade_schema(engine)  # and it is a log at head, which the migrations leave alone
         assert _schema(engine) == migrated
-    finally:
-        engine.dispose()
 
 
 def _schema(engine: Engine) -> dict[str, object]:

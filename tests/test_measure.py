@@ -18,6 +18,7 @@ from autosched.admission import COLD_CACHE, program_json
 from autosched.measure import LocalMeasurer, MeasureConfig
 from autosched.measure.child import ChildDied, ChildProcess, ChildTimeout, RequestFailed
 from autosched.measure.program import BuildRequest
+from autosched.measure.serving import Request
 from autosched.records import BASELINE_TRACE, ErrorKind
 from autosched.schedule import trace_to_json
 from autosched.search.space import design_space
@@ -37,35 +38,26 @@ def matmul():
     return get_workload("matmul", SHAPE).ref
 
 
-def test_child_returns_values_and_survives_a_failing_request() -> None:
+@pytest.mark.parametrize(
+    ("call", "limit", "error", "message", "replaced"),
+    [
+        (Fail(), 30, RequestFailed, "this request always fails", False),
+        (Sleep(60), 1, ChildTimeout, "killed", True),
+        (Abort(), 30, ChildDied, "SIGABRT", True),
+    ],
+    ids=["request fails", "runs past its limit", "dies"],
+)
+def test_child_survives_a_failing_request_and_is_replaced_when_killed_or_dead(
+    call: Request, limit: float, error: type[Exception], message: str, replaced: bool
+) -> None:
+    """A failing request leaves the child serving; one that runs past its limit gets it killed,
+    one that kills it is reported with its signal: either way a new child serves the next."""
     child = ChildProcess()
     try:
         pid = child.call(Pid(), 30)
-        with pytest.raises(RequestFailed, match="this request always fails"):
-            child.call(Fail(), 30)
-        assert child.call(Pid(), 30) == pid
-    finally:
-        child.close()
-
-
-def test_child_that_runs_past_its_limit_is_killed_and_replaced() -> None:
-    child = ChildProcess()
-    try:
-        pid = child.call(Pid(), 30)
-        with pytest.raises(ChildTimeout, match="killed"):
-            child.call(Sleep(60), 1)
-        assert child.call(Pid(), 30) != pid
-    finally:
-        child.close()
-
-
-def test_child_that_dies_is_reported_with_its_signal_and_replaced() -> None:
-    child = ChildProcess()
-    try:
-        pid = child.call(Pid(), 30)
-        with pytest.raises(ChildDied, match="SIGABRT"):
-            child.call(Abort(), 30)
-        assert child.call(Pid(), 30) != pid
+        with pytest.raises(error, match=message):
+            child.call(call, limit)
+        assert (child.call(Pid(), 30) != pid) is replaced
     finally:
         child.close()
 

@@ -29,7 +29,7 @@ from autosched.model.compile import (
     fill_database,
     scheduled_module,
 )
-from autosched.model.load import load_model, parse_input_specs
+from autosched.model.load import Model, load_model, parse_input_specs
 from autosched.model.prepare import matmuls_in_their_batches
 from autosched.model.tasks import extract_tasks
 from autosched.records import RecordView
@@ -121,6 +121,12 @@ def test_the_same_layer_in_two_models_is_the_same_task(tmp_path: Path) -> None:
     assert len(shared) == 1  # the first layer; the second differs in its output width
 
 
+def _assert_untuned_matches_pytorch(model: Model, target: dict) -> None:
+    """The model compiled with TVM's default schedules computes what PyTorch does."""
+    check = check_outputs(model, compile_untuned(model, target), target)
+    assert check.reference == "PyTorch eager" and check.max_abs_error < 1e-5
+
+
 def test_a_batch_norm_fuses_into_the_convolution_before_it(tmp_path: Path) -> None:
     model = load_model(write_conv_block_pt2(tmp_path / "conv.pt2"))
     names = sorted(task.name for task in extract_tasks(model, parse_target(None)))
@@ -141,8 +147,7 @@ def test_convolutions_run_channels_last_with_their_relu6_fused(tmp_path: Path) -
     assert conv.workload is not None
     data, kernel = (tuple(int(d) for d in p.shape) for p in conv.workload.func.params[:2])
     assert (data, kernel) == ((1, 32, 32, 3), (3, 3, 3, 8))  # NHWC, HWIO
-    check = check_outputs(model, compile_untuned(model, target), target)
-    assert check.reference == "PyTorch eager" and check.max_abs_error < 1e-5
+    _assert_untuned_matches_pytorch(model, target)
 
 
 def test_gelus_and_softmaxes_take_the_fast_approximations_and_match_pytorch(
@@ -155,8 +160,7 @@ def test_gelus_and_softmaxes_take_the_fast_approximations_and_match_pytorch(
     # libm's scalar erff, tanhf and expf are gone: each GELU and the softmax take TVM's fast forms
     assert "fast_erf" in names and "fast_tanh" in names and "fast_softmax" in names, names
     assert all(task.workload is not None for task in tasks), [task.problem for task in tasks]
-    check = check_outputs(model, compile_untuned(model, target), target)
-    assert check.reference == "PyTorch eager" and check.max_abs_error < 1e-5
+    _assert_untuned_matches_pytorch(model, target)
 
 
 def test_a_matmul_on_tokens_takes_its_activation_scaling_and_residual_add_as_epilogue(
@@ -171,8 +175,7 @@ def test_a_matmul_on_tokens_takes_its_activation_scaling_and_residual_add_as_epi
     assert any("matmul" in name and "divide" in name for name in names), names
     assert not [name for name in names if "add" in name and "matmul" not in name], names
     assert sum(bool(re.search(r"matmul\d*_add\d*_add", name)) for name in names) == 2, names
-    check = check_outputs(model, compile_untuned(model, target), target)
-    assert check.reference == "PyTorch eager" and check.max_abs_error < 1e-5
+    _assert_untuned_matches_pytorch(model, target)
 
 
 def test_a_matmul_is_regrouped_only_where_it_stays_one_matmul_of_the_same_values() -> None:

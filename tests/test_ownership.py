@@ -89,21 +89,25 @@ def _queue(jobs: JobStore, job_id: int, n: int) -> list[str]:
 # Reading and cancelling another client's jobs.
 
 
+def _assert_as_missing(
+    service: Service, who: str, resource: str, reads: list[str], detail: str
+) -> None:
+    """``who`` reading ``resource`` (and ``reads``, paths under it) or cancelling it gets the
+    answer an id that does not exist gets, 404 and ``detail``: nothing tells that it is there."""
+    requests = [("GET", resource + path) for path in ("", *reads)]
+    for method, path in [*requests, ("POST", f"{resource}/cancel")]:
+        response = service.call(who, method, path)
+        assert response.status_code == 404, (method, path, response.text)
+        assert response.json()["detail"] == detail, response.text
+
+
 def test_another_clients_job_is_as_missing_to_read_cancel_and_list(service: Service) -> None:
     job = service.job("alice")
     _queue(service.jobs, job, 2)
     missing = service.call("bob", "GET", "/jobs/99999")
     assert missing.status_code == 404
-    for method, path in [
-        ("GET", f"/jobs/{job}"),
-        ("GET", f"/jobs/{job}/measurements"),
-        ("GET", f"/jobs/{job}/best"),
-        ("POST", f"/jobs/{job}/cancel"),
-    ]:
-        response = service.call("bob", method, path)
-        assert response.status_code == 404, (method, path, response.text)
-        # the answer an id that does not exist gets: nothing tells that the job is there
-        assert response.json()["detail"] == f"no tuning job with id {job}", response.text
+    detail = f"no tuning job with id {job}"
+    _assert_as_missing(service, "bob", f"/jobs/{job}", ["/measurements", "/best"], detail)
     assert service.call("bob", "GET", "/jobs").json() == {"data": [], "count": 0}
     assert service.call("bob", "GET", "/jobs", params={"status": "running"}).json()["count"] == 0
 
@@ -147,15 +151,8 @@ def test_another_clients_model_job_is_as_missing(db_url: str, tmp_path: Path) ->
         response = service.upload("alice", onnx)
         assert response.status_code == 201, response.text
         model = response.json()["id"]
-        for method, path in [
-            ("GET", f"/models/{model}"),
-            ("GET", f"/models/{model}/library"),
-            ("GET", f"/models/{model}/manifest"),
-            ("POST", f"/models/{model}/cancel"),
-        ]:
-            answer = service.call("bob", method, path)
-            assert answer.status_code == 404, (method, path, answer.text)
-            assert answer.json()["detail"] == f"no model job with id {model}"
+        detail = f"no model job with id {model}"
+        _assert_as_missing(service, "bob", f"/models/{model}", ["/library", "/manifest"], detail)
         assert service.call("bob", "GET", "/models").json() == {"data": [], "count": 0}
         assert service.call("alice", "GET", f"/models/{model}").json()["status"] == "queued"
         assert service.call("admin", "GET", "/models").json()["count"] == 1

@@ -31,6 +31,16 @@ def _running_job(jobs: JobStore, trials: int = 8, name: str = "matmul", m: int =
     return job
 
 
+def _queued(log: TuningLog, n: int, **options: float) -> tuple[JobStore, LeaseQueue, int, int]:
+    """A running job with ``n`` candidates queued, and a worker of its target: the stores (the
+    queue with ``options``), the job and the worker."""
+    jobs, queue = JobStore(log), LeaseQueue(log, **options)
+    job = _running_job(jobs)
+    jobs.enqueue(job, _candidates("a", n))
+    worker = queue.register_worker(name="w", target=TARGET, fingerprint=FINGERPRINT)
+    return jobs, queue, job, worker
+
+
 def _candidates(prefix: str, n: int) -> list[tuple[str, str, float | None]]:
     return [(f'["{prefix}{i}"]', f"{prefix}{i}", None) for i in range(n)]
 
@@ -120,10 +130,7 @@ def test_jobs_take_turns(log: TuningLog) -> None:
 
 
 def test_reports_are_stored_once_and_only_verified_results_become_best(log: TuningLog) -> None:
-    jobs, queue = JobStore(log), LeaseQueue(log)
-    job = _running_job(jobs)
-    jobs.enqueue(job, _candidates("a", 3))
-    worker = queue.register_worker(name="w", target=TARGET, fingerprint=FINGERPRINT)
+    jobs, queue, job, worker = _queued(log, 3)
     lease = queue.lease(worker, 3)
     assert lease is not None
     ids = [c.candidate_id for c in lease.candidates]
@@ -173,10 +180,7 @@ def test_an_expired_lease_goes_back_and_its_late_report_is_not_double_counted(
 def test_a_report_of_a_latency_that_is_no_time_is_refused_whole(
     log: TuningLog, secs: float
 ) -> None:
-    jobs, queue = JobStore(log), LeaseQueue(log)
-    job = _running_job(jobs)
-    jobs.enqueue(job, _candidates("a", 2))
-    worker = queue.register_worker(name="w", target=TARGET, fingerprint=FINGERPRINT)
+    jobs, queue, job, worker = _queued(log, 2)
     lease = queue.lease(worker, 2)
     assert lease is not None
     first, second = (c.candidate_id for c in lease.candidates)
@@ -188,10 +192,7 @@ def test_a_report_of_a_latency_that_is_no_time_is_refused_whole(
 
 
 def test_heartbeats_keep_a_lease(log: TuningLog) -> None:
-    jobs, queue = JobStore(log), LeaseQueue(log, lease_secs=0.4)
-    job = _running_job(jobs)
-    jobs.enqueue(job, _candidates("a", 1))
-    worker = queue.register_worker(name="w", target=TARGET, fingerprint=FINGERPRINT)
+    _jobs, queue, _job, worker = _queued(log, 1, lease_secs=0.4)
     other = queue.register_worker(name="o", target=TARGET, fingerprint=FINGERPRINT)
     lease = queue.lease(worker, 1)
     assert lease is not None
@@ -203,10 +204,7 @@ def test_heartbeats_keep_a_lease(log: TuningLog) -> None:
 
 
 def test_a_candidate_that_crashes_twice_is_poisoned_and_never_sent_again(log: TuningLog) -> None:
-    jobs, queue = JobStore(log), LeaseQueue(log)
-    job = _running_job(jobs)
-    jobs.enqueue(job, _candidates("a", 1))
-    worker = queue.register_worker(name="w", target=TARGET, fingerprint=FINGERPRINT)
+    jobs, queue, job, worker = _queued(log, 1)
     for expected in ("requeued", "poisoned"):
         lease = queue.lease(worker, 1)
         assert lease is not None
@@ -223,10 +221,7 @@ def test_a_candidate_that_crashes_twice_is_poisoned_and_never_sent_again(log: Tu
 
 
 def test_a_released_lease_is_requeued_without_a_strike(log: TuningLog) -> None:
-    jobs, queue = JobStore(log), LeaseQueue(log)
-    job = _running_job(jobs)
-    jobs.enqueue(job, _candidates("a", 2))
-    worker = queue.register_worker(name="w", target=TARGET, fingerprint=FINGERPRINT)
+    _jobs, queue, _job, worker = _queued(log, 2)
     for _ in range(3):  # releasing never poisons
         lease = queue.lease(worker, 2)
         assert lease is not None and len(lease.candidates) == 2
@@ -234,10 +229,7 @@ def test_a_released_lease_is_requeued_without_a_strike(log: TuningLog) -> None:
 
 
 def test_a_cancelled_job_hands_out_no_more_work(log: TuningLog) -> None:
-    jobs, queue = JobStore(log), LeaseQueue(log)
-    job = _running_job(jobs)
-    jobs.enqueue(job, _candidates("a", 4))
-    worker = queue.register_worker(name="w", target=TARGET, fingerprint=FINGERPRINT)
+    jobs, queue, job, worker = _queued(log, 4)
     lease = queue.lease(worker, 1)
     assert lease is not None
     assert jobs.cancel(job).status is JobStatus.CANCELLED
@@ -275,10 +267,7 @@ def test_concurrent_workers_never_lease_the_same_candidate(log: TuningLog) -> No
 
 
 def test_worker_targets_metrics_and_unknown_ids(log: TuningLog) -> None:
-    jobs, queue = JobStore(log), LeaseQueue(log)
-    job = _running_job(jobs)
-    jobs.enqueue(job, _candidates("a", 3))
-    worker = queue.register_worker(name="w", target=TARGET, fingerprint=FINGERPRINT)
+    jobs, queue, _job, worker = _queued(log, 3)
     assert queue.lease(worker, 1) is not None
     (target,) = queue.worker_targets("llvm")
     assert target["mcpu"] == "skylake-avx512" and queue.worker_targets("cuda") == []

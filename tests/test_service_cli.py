@@ -5,10 +5,7 @@ serve, against a real server on loopback. Nothing is tuned: results are reported
 from __future__ import annotations
 
 import json
-import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -20,7 +17,7 @@ import httpx
 import pytest
 import tvm
 import uvicorn
-from helpers import Cli, free_port
+from helpers import Cli, free_port, served
 
 from autosched.admission import program_json
 from autosched.client.http import ServiceClient
@@ -191,24 +188,8 @@ def test_service_commands_fail_with_one_line(cli: Cli, server: Server, tmp_path:
 @pytest.mark.slow
 def test_serve_answers_until_sigterm(tmp_path: Path) -> None:
     port = free_port()
-    env = {**os.environ, "AUTOSCHED_DB": f"sqlite:///{tmp_path / 'served.db'}"}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "autosched", "serve", "--no-auth", "--port", str(port)],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            assert process.poll() is None, process.stdout.read() if process.stdout else ""
-            try:
-                health = httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1)
-                break
-            except httpx.TransportError:
-                assert time.monotonic() < deadline, "serve did not answer within 120 s"
-                time.sleep(0.2)
+    with served(tmp_path, port, capture=True) as process:
+        health = httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=5)
         assert health.json() == {"status": "ok"}
         jobs = httpx.get(f"http://127.0.0.1:{port}/api/v1/jobs", timeout=5)
         assert jobs.json() == {"data": [], "count": 0}
@@ -217,7 +198,3 @@ def test_serve_answers_until_sigterm(tmp_path: Path) -> None:
         assert process.wait(timeout=30) in (0, -signal.SIGTERM)
         assert process.stdout is not None
         assert "Application shutdown complete" in process.stdout.read()
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()

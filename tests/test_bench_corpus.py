@@ -73,7 +73,7 @@ def test_the_smallest_corpus_model_has_every_contender_timed_or_a_reason(
     assert manifest.kind == "model" and manifest.threads == target["num-cores"]
     assert manifest.document["source"]["path"] == str((work / "transformer_encoder.onnx").resolve())
     document = row.as_json()
-    assert document["model"] == "transformer_encoder" and document["tasks"] >= 10
+    assert document["model"] == "transformer_encoder" and document["tasks"] >= 5
     assert 0 < document["autosched_trials"] <= 2 and document["stock_tune_secs"] is None
     latency = document["latency"]
     assert latency.pop("tvm_metaschedule")["note"] == models.STOCK_LEFT_OUT

@@ -60,6 +60,7 @@ def open_log(db: str | None, *, must_exist: bool, read_only: bool = False) -> Tu
             raise UserError(f"no tuning log at {path}; run `autosched tune` first or pass --db")
     return TuningLog(url, migrate=not read_only)
 
+
 UnsafeNoSandboxOpt = Annotated[
     bool,
     typer.Option(

@@ -88,6 +88,11 @@ def test_the_budget_is_split_across_the_tasks(tuned: TunedModels) -> None:
     assert report["estimated_over_tasks"] == len(tasks)
     assert 0 < report["estimated_latency_us"] <= report["estimated_untuned_latency_us"]
     assert report["check"]["reference"] == "ONNX Runtime"
+    # the compiled model timed whole, on the target's threads as the loader runs its library
+    measured = report["measured"]
+    low, high = measured["interval_us"]
+    assert 0 < low <= measured["latency_us"] <= high
+    assert measured["threads"] == report["target"]["num-cores"]
 
 
 def test_a_tuned_onnx_model_exports_as_a_library_that_matches_onnx_runtime(
@@ -250,5 +255,8 @@ def test_the_log_lists_tuned_models_with_their_tasks(tuned: TunedModels, cli: Cl
         t["schedule"] for t in tuned.mlp_report["tasks"]
     ]
     assert mlp["estimated_latency_us"] == pytest.approx(tuned.mlp_report["estimated_latency_us"])
+    measured = tuned.mlp_report["measured"]
+    assert mlp["measured_latency_us"] == pytest.approx(measured["latency_us"])
+    assert mlp["measured_interval_us"] == pytest.approx(measured["interval_us"])
     text = cli("log", "models", "--db", tuned.db)
     assert text.code == 0 and "conv (pytorch" in text.out

@@ -147,6 +147,16 @@ def _print_model_report(report: ModelTuneReport) -> None:
                 highlight=False,
                 soft_wrap=True,
             )
+    latency = report.latency
+    if latency is not None:
+        threads = "TVM's own pool" if latency.threads is None else f"{latency.threads} threads"
+        _out.print(
+            f"latency (the whole model, {threads}, as `autosched run` times it): "
+            f"{us(latency.median_secs)} us (95% interval {us(latency.low_secs)}-"
+            f"{us(latency.high_secs)})",
+            highlight=False,
+            soft_wrap=True,
+        )
     estimated = f"over {len(report.estimated)} of {len(report.tasks)} tasks"
     _out.print(
         f"estimated latency (sum of weight x latency, {estimated}): "
@@ -178,6 +188,10 @@ def show_models(db: str | None, as_json: bool) -> None:
                 "target": model.target_json,
                 "estimated_latency_us": model.estimated_secs * 1e6,
                 "estimated_untuned_latency_us": model.untuned_secs * 1e6,
+                "measured_latency_us": _us(model.measured_secs),
+                "measured_interval_us": None
+                if model.measured_low_secs is None or model.measured_high_secs is None
+                else [model.measured_low_secs * 1e6, model.measured_high_secs * 1e6],
                 "reference": model.reference,
                 "max_abs_error": model.max_abs_error,
                 "tuned_at": model.tuned_at.isoformat(),
@@ -186,7 +200,7 @@ def show_models(db: str | None, as_json: bool) -> None:
                         "name": task.name,
                         "workload_key": task.workload_key,
                         "weight": task.weight,
-                        "best_latency_us": None if task.best_secs is None else task.best_secs * 1e6,
+                        "best_latency_us": _us(task.best_secs),
                         "default_schedule": task.default_schedule,
                         "schedule": task.schedule,
                     }
@@ -201,9 +215,10 @@ def show_models(db: str | None, as_json: bool) -> None:
         target = ", ".join(
             f"{k}={v}" for k, v in model.target_json.items() if k in ("kind", "mcpu")
         )
+        whole = "" if model.measured_secs is None else f"{model.measured_secs * 1e6:.2f} us whole, "
         table = Table(
             "task", "weight", "best us", "schedule",
-            title=f"{model.name} ({model.format}, {target}): estimated "
+            title=f"{model.name} ({model.format}, {target}): {whole}estimated "
             f"{model.estimated_secs * 1e6:.2f} us tuned, {model.untuned_secs * 1e6:.2f} us untuned",
         )  # fmt: skip
         for task in model.tasks:
@@ -216,3 +231,7 @@ def show_models(db: str | None, as_json: bool) -> None:
         _out.print(table)
     if not models:
         _out.print("no tuned models in the log")
+
+
+def _us(secs: float | None) -> float | None:
+    return None if secs is None else secs * 1e6

@@ -453,7 +453,9 @@ class FinalistTiming(Base):
 class TunedModel(Base):
     """A whole model tuned for a target (``autosched.model``), recorded once its compiled outputs
     matched its framework's: ``key`` hashes the model file and its input shapes; the estimates
-    are the sum of weight x latency over its tasks, tuned and untuned."""
+    are the sum of weight x latency over its tasks, tuned and untuned; ``measured_secs`` and its
+    interval the compiled model timed whole (``autosched.model.latency``; None where it was not:
+    a model job, built on the server rather than a target machine)."""
 
     __tablename__ = "tuned_models"
     __table_args__ = (UniqueConstraint("key", "target_id"),)
@@ -466,6 +468,9 @@ class TunedModel(Base):
     target_id: Mapped[int] = mapped_column(ForeignKey("targets.id"))
     estimated_secs: Mapped[float]
     untuned_secs: Mapped[float]
+    measured_secs: Mapped[float | None]
+    measured_low_secs: Mapped[float | None]
+    measured_high_secs: Mapped[float | None]
     reference: Mapped[Name]
     max_abs_error: Mapped[float]
     tuned_at: Mapped[CreatedAt]

@@ -52,6 +52,10 @@ class TunedModelView:
     max_abs_error: float
     tuned_at: datetime
     tasks: tuple[ModelTaskEntry, ...]
+    # the compiled model timed whole: its median and 95% interval (None: not timed so)
+    measured_secs: float | None = None
+    measured_low_secs: float | None = None
+    measured_high_secs: float | None = None
 
 
 class TunedModelStore(LogStore):
@@ -70,9 +74,12 @@ class TunedModelStore(LogStore):
         reference: str,
         max_abs_error: float,
         tasks: Sequence[ModelTaskEntry],
+        measured: tuple[float, float, float] | None = None,
     ) -> None:
         """Record the model ``key`` as tuned for the target, replacing an earlier record of it
-        (its tasks with it). The tasks' workloads must be stored already."""
+        (its tasks with it), with its latency timed whole where it was (``measured``: median,
+        low and high of its interval, in seconds). The tasks' workloads must be stored
+        already."""
         with self._log.sessions.begin() as session:
             row = session.scalar(
                 select(TunedModel).where(TunedModel.key == key, TunedModel.target_id == target_id)
@@ -83,6 +90,9 @@ class TunedModelStore(LogStore):
                 "inputs": {"inputs": inputs},
                 "estimated_secs": estimated_secs,
                 "untuned_secs": untuned_secs,
+                "measured_secs": None if measured is None else measured[0],
+                "measured_low_secs": None if measured is None else measured[1],
+                "measured_high_secs": None if measured is None else measured[2],
                 "reference": reference,
                 "max_abs_error": max_abs_error,
                 "tuned_at": utcnow(),

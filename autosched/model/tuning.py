@@ -3,8 +3,9 @@ splits the budget (``autosched.model.scheduler``), each round one `autosched.tun
 its workload in the log that continues the search session of the task's last round; tasks the
 log already tuned enough are reused, not tuned again; after the last round each tuned task's
 fastest candidates timed again side by side, the re-timed winner its best; then the model
-compiled with every task's best schedule and its outputs checked against the framework's; only a
-model whose outputs match is recorded as tuned, with its tasks.
+compiled with every task's best schedule, its outputs checked against the framework's and the
+whole model timed as the loader runs it (``autosched.model.latency``); only a model whose
+outputs match is recorded as tuned, with its tasks and its latency.
 
 A task MetaSchedule cannot schedule (its search fails, or nothing it measured ran correctly), or
 whose schedule TVM cannot build into the model, keeps TVM's default schedule, and the report
@@ -38,6 +39,7 @@ from autosched.model.compile import (
     compile_schedules,
 )
 from autosched.model.isolated import ImportedModel
+from autosched.model.latency import ModelLatency, time_model
 from autosched.model.load import Model
 from autosched.model.scheduler import TaskScheduler
 from autosched.model.tasks import ModelTask
@@ -119,14 +121,16 @@ class TaskOutcome:
 
 @dataclass(frozen=True)
 class ModelTuneReport:
-    """What `autosched tune MODEL_FILE` prints: per task, and the model's estimated end-to-end
-    latency (the sum of weight x latency over its tasks) tuned and untuned."""
+    """What `autosched tune MODEL_FILE` prints: per task, the model's estimated end-to-end
+    latency (the sum of weight x latency over its tasks) tuned and untuned, and its latency timed
+    whole (``latency``: None where it was not, as for a model job built on the server)."""
 
     model: str
     target: dict
     tasks: tuple[TaskOutcome, ...]
     check: OutputCheck
     wall_secs: float
+    latency: ModelLatency | None = None
 
     @property
     def trials(self) -> int:
@@ -165,6 +169,7 @@ class ModelTuneReport:
             "estimated_latency_us": _us(self.tuned_secs),
             "estimated_untuned_latency_us": _us(self.untuned_secs),
             "estimated_over_tasks": len(self.estimated),
+            "measured": None if self.latency is None else self.latency.as_json(),
             "tasks": [task.as_json() for task in self.tasks],
             "check": self.check.as_json(),
             "wall_secs": self.wall_secs,
@@ -192,7 +197,7 @@ def tune_model(
 ) -> ModelTuneReport:
     """Tune ``model``'s ``tasks`` for ``target`` with ``options.trials`` new measurements in
     all, then compile the model with their best schedules, check its outputs and, when they
-    match, record the model with its tasks in the log.
+    match, time it whole and record the model with its tasks and latency in the log.
 
     Tasks the log tuned enough already are reused (see `plan_tasks`). Each round is its own job
     in the log, so an interrupted run keeps every completed round; a task's search session stays
@@ -267,7 +272,10 @@ def tune_model(
         for outcome, schedule, kept in zip(outcomes, schedules, built, strict=True)
     )
     check = check_outputs(model, executable, target)
-    report = ModelTuneReport(model.name, target, outcomes, check, time.perf_counter() - started)
+    latency = time_model(executable, model, target)
+    report = ModelTuneReport(
+        model.name, target, outcomes, check, time.perf_counter() - started, latency
+    )
     record_tuned_model(log, model, stored_target.id, report)
     return report
 
@@ -393,7 +401,8 @@ def record_tuned_model(
     log: TuningLog, model: Model | ImportedModel, target_id: int, report: ModelTuneReport
 ) -> None:
     """Record ``model`` (imported here, or by a child) as tuned for the target, with its
-    tasks, once its outputs matched."""
+    tasks and its latency where it was timed whole, once its outputs matched."""
+    latency = report.latency
     TunedModelStore(log).record(
         key=model.key,
         name=model.name,
@@ -408,6 +417,9 @@ def record_tuned_model(
             ModelTaskEntry(task.name, task.workload_key, task.weight, task.default_schedule)
             for task in report.tasks
         ],
+        measured=None
+        if latency is None
+        else (latency.median_secs, latency.low_secs, latency.high_secs),
     )
 
 

@@ -3,14 +3,17 @@ inside the model (a VM instrument around each call) and set beside the latency i
 (timed cache-cold, as the scheduler estimates the model); the model's own latency beside the sum
 of its calls shows what the VM spends between kernels.
 
-The log must hold the model's tuning, for example from
-``autosched bench models --models resnet18 --db sqlite:///resnet18.db``; the zoo model is rebuilt
-with its seeded weights, so its tasks are the ones that run tuned. ``--library`` profiles a model
+The model is a zoo model's name or a model file (ONNX, ``.pt2``: a model of the conformance
+corpus, ``conformance.py``). The log must hold the model's tuning, for example from
+``autosched bench models --models resnet18 --db sqlite:///resnet18.db`` or
+``autosched tune MODEL.onnx --db sqlite:///model.db``; a zoo model is rebuilt with its seeded
+weights, so its tasks are the ones that run tuned; a log without the model's records profiles the
+model as it runs untuned. ``--library`` profiles a model
 built elsewhere too, such as stock TVM's (``stock/model.so`` in the work folder of
 ``autosched bench models --work-dir``); with ``--rounds``, the builds are profiled in turn that
 many times, so that a slow spell of the host falls on both.
 
-    python benchmarks/model_profile.py --model resnet18 --db sqlite:///resnet18.db
+    python benchmarks/model_profile.py --model resnet18|MODEL.onnx --db sqlite:///resnet18.db
                                        [--library stock=PATH.so] [--rounds 3] [--runs 20] [--json]
 
 Per build and function the VM calls (the kernels, and its builtins: allocations, reshapes): calls
@@ -132,12 +135,16 @@ class Build:
 
 
 def _ours(model_name: str, db: str, target: dict) -> tuple[Build, list]:
-    """The model built with the log's best schedules, and random inputs for it."""
-    module, example = MODELS[model_name].instantiate()
-    with tempfile.TemporaryDirectory(prefix="model-profile-") as work:
-        path = Path(work) / f"{model_name}.pt2"
-        torch.export.save(torch.export.export(module, example), str(path))
-        model = load_model(path)
+    """The model (a zoo model's name or a model file) built with the log's best schedules, and
+    random inputs for it."""
+    if model_name in MODELS:
+        module, example = MODELS[model_name].instantiate()
+        with tempfile.TemporaryDirectory(prefix="model-profile-") as work:
+            path = Path(work) / f"{model_name}.pt2"
+            torch.export.save(torch.export.export(module, example), str(path))
+            model = load_model(path)
+    else:
+        model = load_model(Path(model_name))
     tasks = extract_tasks(model, target)
     with TuningLog(db) as log:
         schedules = best_schedules(log, tasks, target)
@@ -175,7 +182,9 @@ def _print(cpu: str, model: str, summary: dict) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", choices=sorted(MODELS), required=True)
+    parser.add_argument(
+        "--model", required=True, help=f"a model file or a zoo model: {', '.join(sorted(MODELS))}"
+    )
     parser.add_argument("--db", required=True, help="the tuning log that holds the model's tuning")
     parser.add_argument(
         "--library",

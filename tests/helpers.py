@@ -2,7 +2,8 @@
 `autosched` command line in a process of its own (``conftest.cli`` runs it in-process), the
 service served in one,
 threads released at once, process pool children started as autosched's processes are, this
-machine's target on one core, and a job and a cost model stored in a tuning log."""
+machine's target on one core, a job and a cost model stored in a tuning log, and the operators a
+Relax module calls."""
 
 from __future__ import annotations
 
@@ -23,6 +24,8 @@ from typing import Any, TypeVar
 import httpx
 import psutil
 import pytest
+import tvm
+from tvm import relax
 
 from autosched.log import TuningLog
 from autosched.log.costmodels import CostModelStore
@@ -195,3 +198,20 @@ def run_at_once(count: int, task: Callable[[], T]) -> list[T]:
     with ThreadPoolExecutor(count) as pool:
         futures = [pool.submit(synchronized) for _ in range(count)]
         return [future.result() for future in futures]
+
+
+def relax_calls(mod: tvm.IRModule) -> list[relax.Call]:
+    """The operator calls of ``mod``'s ``main``, in post order (an argument before its call)."""
+    calls: list[relax.Call] = []
+
+    def visit(expr: relax.Expr) -> None:
+        if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op):
+            calls.append(expr)
+
+    relax.analysis.post_order_visit(mod["main"], visit)
+    return calls
+
+
+def relax_ops(mod: tvm.IRModule) -> list[str]:
+    """The names of the operators ``mod``'s ``main`` calls, in post order, ``relax.`` left off."""
+    return [call.op.name.removeprefix("relax.") for call in relax_calls(mod)]

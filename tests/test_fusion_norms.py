@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import tvm
+from helpers import relax_ops
 from tvm import relax
 
 from autosched.model.norms import layer_norms_with_their_sums, rms_norms_as_one_operator
@@ -12,17 +13,6 @@ from autosched.model.tasks import fuse
 from autosched.target import parse_target, to_tvm_target
 
 SHAPE = (1, 6, 16)
-
-
-def _ops(mod: tvm.IRModule) -> list[str]:
-    names: list[str] = []
-
-    def visit(expr: relax.Expr) -> None:
-        if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op):
-            names.append(expr.op.name.removeprefix("relax."))
-
-    relax.analysis.post_order_visit(mod["main"], visit)
-    return names
 
 
 def _rms_norm(*, weighted: bool = True, exponent: float = 2.0, rsqrt: bool = False) -> tvm.IRModule:
@@ -62,8 +52,8 @@ def test_an_rms_norm_written_out_is_one_operator_of_the_same_values(
 ) -> None:
     mod = _rms_norm(weighted=weighted, rsqrt=rsqrt)
     rewritten = relax.transform.DeadCodeElimination()(rms_norms_as_one_operator(mod))
-    assert "nn.rms_norm" in _ops(rewritten)
-    assert not {"power", "mean", "sqrt", "rsqrt"} & set(_ops(rewritten))
+    assert "nn.rms_norm" in relax_ops(rewritten)
+    assert not {"power", "mean", "sqrt", "rsqrt"} & set(relax_ops(rewritten))
     x = np.random.default_rng(0).uniform(-3, 3, SHAPE).astype(np.float32)
     np.testing.assert_allclose(_run(rewritten, x), _run(mod, x), rtol=1e-5, atol=1e-6)
 

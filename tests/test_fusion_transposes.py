@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import tvm
+from helpers import relax_ops
 from tvm import relax
 
 from autosched.model.prepare import for_inference
@@ -36,17 +37,6 @@ def _multihead_projection() -> tvm.IRModule:
     return builder.get()
 
 
-def _ops(mod: tvm.IRModule) -> list[str]:
-    names: list[str] = []
-
-    def visit(expr: relax.Expr) -> None:
-        if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op):
-            names.append(expr.op.name.removeprefix("relax."))
-
-    relax.analysis.post_order_visit(mod["main"], visit)
-    return names
-
-
 def _run(mod: tvm.IRModule, x: np.ndarray) -> np.ndarray:
     executable = tvm.compile(mod, target=to_tvm_target(parse_target(None)))
     return relax.VirtualMachine(executable, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
@@ -55,7 +45,7 @@ def _run(mod: tvm.IRModule, x: np.ndarray) -> np.ndarray:
 def test_a_transpose_of_a_unit_axis_is_a_reshape_of_the_same_values() -> None:
     mod = _multihead_projection()
     rewritten = unit_transposes_as_reshapes(mod)
-    assert "permute_dims" not in _ops(rewritten)
+    assert "permute_dims" not in relax_ops(rewritten)
     x = np.random.default_rng(1).uniform(-1, 1, (1, TOKENS, FEATURES)).astype(np.float32)
     np.testing.assert_array_equal(_run(rewritten, x), _run(mod, x))
 

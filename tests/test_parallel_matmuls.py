@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import tvm
+from helpers import relax_calls
 from model_files import write_token_block_pt2
 from tvm import relax
 
@@ -16,14 +17,7 @@ from autosched.target import parse_target, to_tvm_target
 
 
 def _matmuls(mod: tvm.IRModule) -> list[relax.Call]:
-    calls: list[relax.Call] = []
-
-    def visit(expr: relax.Expr) -> None:
-        if isinstance(expr, relax.Call) and getattr(expr.op, "name", "") == "relax.matmul":
-            calls.append(expr)
-
-    relax.analysis.post_order_visit(mod["main"], visit)
-    return calls
+    return [call for call in relax_calls(mod) if call.op.name == "relax.matmul"]
 
 
 def _weight_columns(call: relax.Call) -> int | None:

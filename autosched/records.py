@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from enum import Enum
-from typing import Any
+from typing import Any, TypedDict
 
 BASELINE_TRACE = "[[],[]]"
 """The trace of the unscheduled program: it replays to the workload as written (the untuned
@@ -150,6 +150,16 @@ class WorkloadRef:
     params: dict[str, object]
     key: str
     source: str | None = None
+
+
+class SearchSettings(TypedDict):
+    """How a job searches: its budget of ``trials``, measured ``batch_size`` a batch, by the
+    search ``strategy``, from the random ``seed`` (None: not reproducible)."""
+
+    trials: int
+    batch_size: int
+    strategy: str
+    seed: int | None
 
 
 class JobStatus(str, Enum):

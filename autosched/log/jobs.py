@@ -22,7 +22,7 @@ import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import TypedDict, Unpack
+from typing import Unpack
 
 from sqlalchemy import Select, Subquery, false, func, or_, select, text, update
 from sqlalchemy.orm import Session
@@ -50,6 +50,7 @@ from autosched.records import (
     JobProgress,
     JobStatus,
     RecordView,
+    SearchSettings,
 )
 from autosched.workload import Workload
 
@@ -100,15 +101,7 @@ class JobStore(LogStore):
     # Jobs of `autosched tune`, which measures them itself.
 
     def start_job(
-        self,
-        *,
-        workload_id: int,
-        target_id: int,
-        trials: int,
-        batch_size: int,
-        strategy: str,
-        seed: int | None,
-        cost_model_id: int | None = None,
+        self, *, workload_id: int, target_id: int, **search: Unpack[SearchSettings]
     ) -> int:
         """Record a tuning job that starts now, with status RUNNING; returns its id.
 
@@ -118,28 +111,16 @@ class JobStore(LogStore):
         Args:
             workload_id: The workload to tune (from ``ensure_workload``).
             target_id: The target to tune for (from ``ensure_target``).
-            trials: The budget: how many candidates to measure (>= 0).
-            batch_size: How many candidates are measured per batch (>= 1).
-            strategy: The name of the search strategy.
-            seed: The random seed, if the run is meant to be reproducible.
-            cost_model_id: The shared cost model version its search starts from, if any.
+            **search: How it searches: its budget of trials (>= 0), measured ``batch_size`` a
+                batch (>= 1), by the named strategy, from the seed (None: not reproducible).
 
         Raises:
             sqlalchemy.exc.IntegrityError: If the workload or target does not exist, or ``trials``
                 or ``batch_size`` is out of range.
         """
-        job = queued_job(
-            workload_id,
-            target_id,
-            None,
-            trials=trials,
-            batch_size=batch_size,
-            strategy=strategy,
-            seed=seed,
-        )
+        job = queued_job(workload_id, target_id, None, **search)
         job.status = JobStatus.RUNNING.value  # taken up at once, by the process that started it
         job.created_at = job.started_at = utcnow()
-        job.cost_model_id = cost_model_id
         job.engine_id = LOCAL_ENGINE
         with self._sessions.begin() as session:
             session.add(job)
@@ -192,14 +173,11 @@ class JobStore(LogStore):
         workload: Workload,
         target: dict,
         *,
-        trials: int,
-        batch_size: int,
-        strategy: str,
-        seed: int | None,
         finalists: int = 0,
         rounds: int = ROUNDS,
         owner: str | None = None,
         max_open: int | None = None,
+        **search: Unpack[SearchSettings],
     ) -> int:
         """Queue a tuning job of ``owner`` (a principal); an engine takes it up. With
         ``finalists``, its fastest candidates and its untuned program are timed again at its end,
@@ -213,15 +191,7 @@ class JobStore(LogStore):
         with self._sessions.begin() as session:
             if owner is not None and max_open is not None:
                 ensure_room(session, owner, _open_jobs(owner), max_open, "jobs", lock=True)
-            job = queued_job(
-                stored_workload.id,
-                stored_target.id,
-                owner,
-                trials=trials,
-                batch_size=batch_size,
-                strategy=strategy,
-                seed=seed,
-            )
+            job = queued_job(stored_workload.id, stored_target.id, owner, **search)
             session.add(job)
             session.flush()
             if finalists:
@@ -520,16 +490,6 @@ class JobStore(LogStore):
             baseline_latency_secs=baseline if retimed.untuned is None else retimed.untuned,
             final=Finals.progress(session, job.id),
         )
-
-
-class SearchSettings(TypedDict):
-    """How a job searches: its budget of ``trials``, measured ``batch_size`` a batch, by the
-    search ``strategy``, from the random ``seed`` (None: not reproducible)."""
-
-    trials: int
-    batch_size: int
-    strategy: str
-    seed: int | None
 
 
 def queued_job(

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Unpack
 
 from sqlalchemy import Select, func, select, true, update
 from sqlalchemy.exc import IntegrityError
@@ -47,6 +47,7 @@ from autosched.records import (
     ModelJobProgress,
     ModelRoundRecord,
     ModelTaskProgress,
+    SearchSettings,
 )
 
 
@@ -84,15 +85,12 @@ class ModelJobStore(LogStore):
         onnx: bytes,
         inputs: list[dict[str, Any]],
         target_id: int,
-        trials: int,
-        batch_size: int,
-        strategy: str,
-        seed: int | None,
         tasks: Sequence[ModelJobTaskEntry],
         finalists: int,
         final_rounds: int,
         owner: str | None = None,
         max_open: int | None = None,
+        **search: Unpack[SearchSettings],
     ) -> int:
         """Store a queued model job of ``owner`` (a principal) with its file and tasks; returns
         its id. Each tuned task's final times its ``finalists`` fastest candidates again in
@@ -112,14 +110,11 @@ class ModelJobStore(LogStore):
                 onnx=onnx,
                 inputs={"inputs": inputs},
                 target_id=target_id,
-                trials=trials,
-                batch_size=batch_size,
-                strategy=strategy,
-                seed=seed,
                 finalists=finalists,
                 final_rounds=final_rounds,
                 status=JobStatus.QUEUED.value,
                 owner=owner,
+                **search,
             )
             session.add(job)
             session.flush()

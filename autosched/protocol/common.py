@@ -1,16 +1,18 @@
 """What every part of the wire protocol shares: the limits on requests, the checked scalar types,
-the base of request bodies, the workload and target every answer names, the problem every
-refusal answers with, and the one rule that converts bodies to and from ``autosched.records``.
+the base of request bodies (and of those that submit a job), the workload and target every answer
+names, the problem every refusal answers with, and the one rule that converts bodies to and from
+``autosched.records``.
 """
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Mapping, Sequence
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar, cast
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, TypeAdapter
 
+from autosched.records import SearchSettings
 from autosched.search.registry import STRATEGY_NAMES
 
 MAX_ID = 2**31 - 1  # ids and seeds are 32-bit integers in the database
@@ -85,6 +87,15 @@ class RequestBody(BaseModel):
     """Request bodies refuse fields they do not know, so a typo is an error, not a default."""
 
     model_config = ConfigDict(extra="forbid")
+
+
+class SearchRequest(RequestBody):
+    """A request body that submits a job, which declares ``SearchSettings``'s fields."""
+
+    def search(self) -> SearchSettings:
+        """How the job searches, from the body's fields of the same names."""
+        fields = {name: getattr(self, name) for name in SearchSettings.__annotations__}
+        return cast(SearchSettings, fields)
 
 
 # What answers name.

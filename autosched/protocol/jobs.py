@@ -17,6 +17,7 @@ from autosched.protocol.common import (
     MAX_TRIALS,
     FromRecord,
     RequestBody,
+    SearchRequest,
     Strategy,
     TargetPublic,
     WorkloadPublic,
@@ -58,7 +59,7 @@ class WorkloadIn(RequestBody):
         return self
 
 
-class JobCreate(RequestBody):
+class JobCreate(SearchRequest):
     """A tuning job to queue.
 
     ``target`` is a kind (``"llvm"``, ``"cuda"``), meaning the exact target the live workers of

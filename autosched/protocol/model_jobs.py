@@ -14,7 +14,7 @@ from autosched.protocol.common import (
     MAX_BATCH,
     MAX_ID,
     MAX_TRIALS,
-    RequestBody,
+    SearchRequest,
     Strategy,
     TargetPublic,
     read,
@@ -23,7 +23,7 @@ from autosched.records import JobStatus, ModelJobProgress, ModelTaskProgress
 from autosched.search.registry import DEFAULT_STRATEGY
 
 
-class ModelJobCreate(RequestBody):
+class ModelJobCreate(SearchRequest):
     """The form fields of a model upload, sent as multipart/form-data beside the ONNX ``file``.
 
     ``inputs`` fix the shapes the file leaves open (``NAME=DIMxDIM...[:DTYPE]``, one field per

@@ -52,10 +52,7 @@ def submit_job(
     job_id = jobs.submit(
         workload,
         target,
-        trials=job.trials,
-        batch_size=job.batch_size,
-        strategy=job.strategy,
-        seed=job.seed,
+        **job.search(),
         finalists=job.finalists,
         rounds=job.rounds,
         owner=owner,

@@ -61,16 +61,30 @@ def get_models(request: Request) -> ModelJobStore:
     return get_stores(request).models
 
 
+@dataclass(frozen=True)
+class Page:
+    """A page of a list: ``limit`` items from the ``offset``-th on."""
+
+    limit: int
+    offset: int
+
+
+def get_page(
+    limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 100,
+    offset: Annotated[int, Query(ge=0, le=MAX_ID)] = 0,
+) -> Page:
+    """The page a listing route was asked for, by its query parameters."""
+    return Page(limit, offset)
+
+
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 LogDep = Annotated[TuningLog, Depends(get_log)]
 JobsDep = Annotated[JobStore, Depends(get_jobs)]
 LeasesDep = Annotated[LeaseQueue, Depends(get_leases)]
 ModelsDep = Annotated[ModelJobStore, Depends(get_models)]
+PageDep = Annotated[Page, Depends(get_page)]
 # Ids in paths are 32-bit in the database; a larger number is bad input, not a server error.
 PathId = Annotated[int, Path(ge=1, le=MAX_ID)]
-# A page of a list: ``limit`` items from the ``offset``-th on.
-PageLimit = Annotated[int, Query(ge=1, le=MAX_PAGE)]
-PageOffset = Annotated[int, Query(ge=0, le=MAX_ID)]
 TargetQuery = Annotated[
     str,
     Query(

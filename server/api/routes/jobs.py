@@ -25,8 +25,7 @@ from autosched.server.api.deps import (
     LeasesDep,
     LogDep,
     OwnJobId,
-    PageLimit,
-    PageOffset,
+    PageDep,
     ReaderAuth,
     SettingsDep,
     Submitter,
@@ -65,8 +64,7 @@ def submit_job(
 def list_jobs(
     jobs: JobsDep,
     scope: JobScope,
-    limit: PageLimit = 100,
-    offset: PageOffset = 0,
+    page: PageDep,
     status: Annotated[JobStatus | None, Query(description="Only jobs of this status.")] = None,
     target: Annotated[
         str | None,
@@ -75,10 +73,10 @@ def list_jobs(
 ) -> JobsPublic:
     """A page of the caller's jobs (an admin's: every job), newest first; ``count`` counts the
     jobs that match the filters."""
-    page, count = jobs.jobs(
-        limit=limit, offset=offset, status=status, target_key=target, owner=scope
+    found, count = jobs.jobs(
+        limit=page.limit, offset=page.offset, status=status, target_key=target, owner=scope
     )
-    return JobsPublic(data=[JobPublic.of(job) for job in page], count=count)
+    return JobsPublic(data=[JobPublic.of(job) for job in found], count=count)
 
 
 @router.get("/{job_id}")
@@ -91,12 +89,11 @@ def get_job(job_id: OwnJobId, jobs: JobsDep, log: LogDep) -> JobPublic:
 def list_job_measurements(
     job_id: OwnJobId,
     jobs: JobsDep,
-    limit: PageLimit = 100,
-    offset: PageOffset = 0,
+    page: PageDep,
 ) -> JobMeasurementsPublic:
     """The job's measurements in the order they were stored: timings, and failures by kind."""
-    page, count = jobs.measurements(job_id, limit=limit, offset=offset)
-    data = [read(JobMeasurementPublic, item.record, trial=item.trial) for item in page]
+    found, count = jobs.measurements(job_id, limit=page.limit, offset=page.offset)
+    data = [read(JobMeasurementPublic, item.record, trial=item.trial) for item in found]
     return JobMeasurementsPublic(data=data, count=count)
 
 

@@ -21,8 +21,7 @@ from autosched.server.api.deps import (
     LogDep,
     ModelsDep,
     OwnModelId,
-    PageLimit,
-    PageOffset,
+    PageDep,
     ReaderAuth,
     SettingsDep,
     Submitter,
@@ -96,13 +95,12 @@ def submit_model_job(
 def list_model_jobs(
     models: ModelsDep,
     scope: JobScope,
-    limit: PageLimit = 100,
-    offset: PageOffset = 0,
+    page: PageDep,
 ) -> ModelJobsPublic:
     """A page of the caller's model jobs (an admin's: every one), newest first, each with its
     tasks."""
-    page, count = models.page(limit=limit, offset=offset, owner=scope)
-    return ModelJobsPublic(data=[ModelJobPublic.of(job) for job in page], count=count)
+    found, count = models.page(limit=page.limit, offset=page.offset, owner=scope)
+    return ModelJobsPublic(data=[ModelJobPublic.of(job) for job in found], count=count)
 
 
 @router.get("/{model_id}")

@@ -18,7 +18,7 @@ from autosched.protocol import (
     WorkerStatusPublic,
 )
 from autosched.protocol.common import read
-from autosched.server.api.deps import LeasesDep, LogDep, PageLimit, PageOffset, ReaderAuth
+from autosched.server.api.deps import LeasesDep, LogDep, PageDep, ReaderAuth
 
 router = APIRouter(tags=["monitoring"], dependencies=[ReaderAuth])
 
@@ -26,15 +26,14 @@ router = APIRouter(tags=["monitoring"], dependencies=[ReaderAuth])
 @router.get("/workers")
 def list_workers(
     leases: LeasesDep,
-    limit: PageLimit = 100,
-    offset: PageOffset = 0,
+    page: PageDep,
 ) -> WorkersStatusPublic:
     """Registered workers, the most recently heard from first: target, device, last heartbeat,
     the lease in hand and recent results."""
-    page, count = leases.workers(limit=limit, offset=offset)
+    found, count = leases.workers(limit=page.limit, offset=page.offset)
     data = [
         read(WorkerStatusPublic, worker, results_per_minute=worker.device_results_last_minute)
-        for worker in page
+        for worker in found
     ]
     return WorkersStatusPublic(data=data, count=count)
 

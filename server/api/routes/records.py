@@ -11,8 +11,7 @@ from autosched.server.api.deps import (
     ClientAuth,
     LeasesDep,
     LogDep,
-    PageLimit,
-    PageOffset,
+    PageDep,
     TargetQuery,
 )
 from autosched.server.api.resolve import stored_workload, tuned_target
@@ -26,12 +25,11 @@ def list_records(
     target: TargetQuery,
     log: LogDep,
     leases: LeasesDep,
-    limit: PageLimit = 100,
-    offset: PageOffset = 0,
+    page: PageDep,
 ) -> RecordsPublic:
     """Every measurement of the workload on the target, in the order they were stored."""
     found_workload = stored_workload(log, workload)
     found_target = tuned_target(log, leases, found_workload, target)
-    records = log.records(found_workload.id, found_target.id, limit=limit, offset=offset)
+    records = log.records(found_workload.id, found_target.id, limit=page.limit, offset=page.offset)
     count = log.count_records(found_workload.id, found_target.id)
     return RecordsPublic(data=[RecordPublic.of(view) for view in records], count=count)

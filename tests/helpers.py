@@ -1,9 +1,8 @@
 """Helpers shared by the tests: a free loopback port, waiting for a condition, running the
 `autosched` command line in a process of its own (``conftest.cli`` runs it in-process), the
-service served in one,
-threads released at once, process pool children started as autosched's processes are, this
-machine's target on one core, a job and a cost model stored in a tuning log, and the operators a
-Relax module calls."""
+service served in one, threads released at once, process pool children started as autosched's
+processes are, this machine's target on one core, a job (of `autosched tune` or of the service),
+a measurement and a cost model stored in a tuning log, and the operators a Relax module calls."""
 
 from __future__ import annotations
 
@@ -17,6 +16,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from multiprocessing.synchronize import Barrier as BarrierType
 from pathlib import Path
 from typing import Any, TypeVar
@@ -30,8 +30,10 @@ from tvm import relax
 from autosched.log import TuningLog
 from autosched.log.costmodels import CostModelStore
 from autosched.log.jobs import JobStore
+from autosched.records import MeasureResult
 from autosched.target import host_target
 from autosched.torch_guard import keep_torch_out
+from autosched.workload import Workload
 
 T = TypeVar("T")
 
@@ -84,6 +86,31 @@ def start_job(
         strategy=strategy,
         seed=seed,
     )
+
+
+def submit_job(
+    jobs: JobStore,
+    workload: Workload,
+    target: dict,
+    trials: int,
+    *,
+    batch_size: int | None = None,
+    strategy: str = "evolutionary",
+    seed: int | None = 0,
+    **options: Any,
+) -> int:
+    """A service job of ``trials`` candidates queued on ``jobs`` as a client submits one,
+    measuring ``batch_size`` a batch (all of them at once by default); ``options`` are the rest of
+    `JobStore.submit`'s (finalists, rounds, owner). Returns its id."""
+    batch_size = trials if batch_size is None else batch_size
+    search = {"trials": trials, "batch_size": batch_size, "strategy": strategy, "seed": seed}
+    return jobs.submit(workload, target, **search, **options)
+
+
+def timed(secs: float) -> MeasureResult:
+    """A measurement of two samples of ``secs`` each, taken now."""
+    now = datetime.now(UTC)
+    return MeasureResult(samples=(secs, secs), started_at=now, finished_at=now)
 
 
 def add_cost_model(

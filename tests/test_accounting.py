@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from helpers import start_job
+from helpers import start_job, submit_job
 
 from autosched.log import TuningLog
 from autosched.log.jobs import JobStore
@@ -36,9 +36,7 @@ def test_a_job_ends_only_once_its_baseline_is_measured_too(log: TuningLog) -> No
     the job waits for the baseline, so its records hold every trial and the baseline."""
     target = host_target()
     jobs, leases = JobStore(log), LeaseQueue(log)
-    job = jobs.submit(
-        get_workload("matmul", SHAPE), target, trials=2, batch_size=2, strategy="random", seed=0
-    )
+    job = submit_job(jobs, get_workload("matmul", SHAPE), target, 2, strategy="random")
     engine = Engine(log)
     worker = leases.register_worker(name="w", target=target, fingerprint=device_fingerprint(target))
     engine.step()  # claims the job, queues the baseline and two trials

@@ -7,7 +7,7 @@ import threading
 from collections.abc import Sequence
 
 import pytest
-from helpers import on_sqlite, wait_for
+from helpers import on_sqlite, submit_job, wait_for
 
 from autosched.log import TuningLog
 from autosched.log.jobs import JobStore
@@ -96,14 +96,7 @@ def test_tuning_again_on_a_log_spends_the_whole_second_budget(log: TuningLog, se
 def test_a_job_taken_over_mid_way_spends_its_whole_budget(log: TuningLog) -> None:
     target = host_target()
     jobs, leases = JobStore(log), LeaseQueue(log, lease_secs=5)
-    job = jobs.submit(
-        get_workload("matmul", MATMUL),
-        target,
-        trials=24,
-        batch_size=4,
-        strategy="evolutionary",
-        seed=3,
-    )
+    job = submit_job(jobs, get_workload("matmul", MATMUL), target, 24, batch_size=4, seed=3)
     stop = threading.Event()
     worker = WorkerDaemon(leases, target, batch=4, measurer=SimulatedMeasurer(0.01), poll_secs=0.05)
     thread = threading.Thread(target=worker.run, args=(stop,))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 
 import pytest
-from helpers import on_sqlite, wait_for
+from helpers import on_sqlite, submit_job, wait_for
 from recorded import DATA, load_recording
 
 from autosched import sessions as sessions_module
@@ -36,18 +36,19 @@ def test_jobs_are_tuned_to_their_budget_by_engine_and_workers(db_url: str) -> No
         model = train_shared(log, target_family(target), evaluate=False).model
         store, queue = JobStore(log), LeaseQueue(log)
         jobs = [
-            store.submit(
+            submit_job(
+                store,
                 get_workload("matmul", {"M": 32, "N": 32, "K": 32}),
                 target,
-                trials=6,
+                6,
                 batch_size=3,
-                strategy="evolutionary",
                 seed=1,
             ),
-            store.submit(
+            submit_job(
+                store,
                 get_workload("softmax", {"rows": 8, "cols": 32}),
                 target,
-                trials=4,
+                4,
                 batch_size=2,
                 strategy="tpe",
                 seed=2,
@@ -107,16 +108,7 @@ def test_the_next_job_of_a_workload_continues_the_finished_jobs_search(
         try:
             jobs = []
             for trials in (4, 3):  # one after the other, as a model job's rounds of a task
-                jobs.append(
-                    store.submit(
-                        workload,
-                        target,
-                        trials=trials,
-                        batch_size=2,
-                        strategy="evolutionary",
-                        seed=1,
-                    )
-                )
+                jobs.append(submit_job(store, workload, target, trials, batch_size=2, seed=1))
                 wait_for(lambda: store.job(jobs[-1]).status.final, "the job to end")
         finally:
             stop.set()

@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 import pytest
 from fastapi.testclient import TestClient
-from helpers import on_sqlite, run_at_once
+from helpers import on_sqlite, run_at_once, submit_job
 from model_files import write_mlp_onnx
 
 from autosched.errors import OverLimit, UserError
@@ -119,10 +119,11 @@ def test_another_clients_job_is_as_missing_to_read_cancel_and_list(service: Serv
 def test_an_admin_sees_and_cancels_every_job_and_submits_none(service: Service) -> None:
     alices, bobs = service.job("alice"), service.job("bob")
     # a job stored before jobs had owners (or run by `autosched tune`) is no client's
-    legacy = service.jobs.submit(
+    legacy = submit_job(
+        service.jobs,
         get_workload("matmul", MATMUL["params"]),
         TARGET,
-        trials=4,
+        4,
         batch_size=2,
         strategy="random",
         seed=None,
@@ -197,10 +198,11 @@ def test_submissions_at_once_do_not_pass_the_limit(service: Service) -> None:
 
     def submit() -> bool:
         try:
-            service.jobs.submit(
+            submit_job(
+                service.jobs,
                 workload,
                 TARGET,
-                trials=4,
+                4,
                 batch_size=2,
                 strategy="random",
                 seed=None,

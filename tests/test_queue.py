@@ -5,10 +5,9 @@ from __future__ import annotations
 import math
 import time
 from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime
 
 import pytest
-from helpers import start_job
+from helpers import start_job, submit_job, timed
 
 from autosched.errors import UserError
 from autosched.log import TuningLog
@@ -24,9 +23,7 @@ FINGERPRINT = {"cpu_model": "test cpu", "physical_cores": 2}
 
 def _running_job(jobs: JobStore, trials: int = 8, name: str = "matmul", m: int = 16) -> int:
     workload = get_workload(name, {"M": m, "N": 16, "K": 16})
-    job = jobs.submit(
-        workload, TARGET, trials=trials, batch_size=4, strategy="evolutionary", seed=0
-    )
+    job = submit_job(jobs, workload, TARGET, trials, batch_size=4)
     assert job in jobs.claim_jobs("engine-1", ttl_secs=60)
     return job
 
@@ -45,24 +42,14 @@ def _candidates(prefix: str, n: int) -> list[tuple[str, str, float | None]]:
     return [(f'["{prefix}{i}"]', f"{prefix}{i}", None) for i in range(n)]
 
 
-def _ok(secs: float) -> MeasureResult:
-    now = datetime.now(UTC)
-    return MeasureResult(samples=(secs, secs), started_at=now, finished_at=now)
-
-
 def _crash() -> MeasureResult:
     return MeasureResult(error_kind=ErrorKind.CRASH, error_msg="killed by SIGSEGV")
 
 
 def test_a_submitted_job_is_queued_until_an_engine_claims_it(log: TuningLog) -> None:
     jobs = JobStore(log)
-    job = jobs.submit(
-        get_workload("matmul", {"M": 16, "N": 16, "K": 16}),
-        TARGET,
-        trials=8,
-        batch_size=4,
-        strategy="evolutionary",
-        seed=1,
+    job = submit_job(
+        jobs, get_workload("matmul", {"M": 16, "N": 16, "K": 16}), TARGET, 8, batch_size=4, seed=1
     )
     assert jobs.job(job).status is JobStatus.QUEUED
     assert jobs.claim_jobs("engine-1", ttl_secs=60) == [job]
@@ -73,14 +60,7 @@ def test_a_submitted_job_is_queued_until_an_engine_claims_it(log: TuningLog) -> 
 
 def test_a_job_whose_engine_died_is_taken_over(log: TuningLog) -> None:
     jobs = JobStore(log)
-    job = jobs.submit(
-        get_workload("softmax", {"rows": 4, "cols": 8}),
-        TARGET,
-        trials=4,
-        batch_size=4,
-        strategy="evolutionary",
-        seed=None,
-    )
+    job = submit_job(jobs, get_workload("softmax", {"rows": 4, "cols": 8}), TARGET, 4, seed=None)
     assert jobs.claim_jobs("engine-1", ttl_secs=0.2) == [job]
     time.sleep(0.3)
     assert jobs.claim_jobs("engine-2", ttl_secs=60) == [job]
@@ -135,8 +115,8 @@ def test_reports_are_stored_once_and_only_verified_results_become_best(log: Tuni
     assert lease is not None
     ids = [c.candidate_id for c in lease.candidates]
     report = [
-        ReportedResult(ids[0], _ok(2e-3), verified=True),
-        ReportedResult(ids[1], _ok(1e-3), verified=False),  # faster, but never checked
+        ReportedResult(ids[0], timed(2e-3), verified=True),
+        ReportedResult(ids[1], timed(1e-3), verified=False),  # faster, but never checked
         ReportedResult(ids[2], MeasureResult(error_kind=ErrorKind.BUILD, error_msg="no"), False),
     ]
     outcome = queue.report(worker, lease.id, report)
@@ -168,9 +148,9 @@ def test_an_expired_lease_goes_back_and_its_late_report_is_not_double_counted(
     retry = queue.lease(alive, 2)
     assert retry is not None
     assert {c.candidate_id for c in retry.candidates} == {c.candidate_id for c in lost.candidates}
-    results = [ReportedResult(c.candidate_id, _ok(1e-3), True) for c in retry.candidates]
+    results = [ReportedResult(c.candidate_id, timed(1e-3), True) for c in retry.candidates]
     assert queue.report(alive, retry.id, results).stored == 2
-    late = [ReportedResult(c.candidate_id, _ok(5e-4), True) for c in lost.candidates]
+    late = [ReportedResult(c.candidate_id, timed(5e-4), True) for c in lost.candidates]
     assert queue.report(dead, lost.id, late).ignored == 2
     assert jobs.job(job).trials_done == 2
     assert jobs.job(job).best_latency_secs == pytest.approx(1e-3)
@@ -184,7 +164,7 @@ def test_a_report_of_a_latency_that_is_no_time_is_refused_whole(
     lease = queue.lease(worker, 2)
     assert lease is not None
     first, second = (c.candidate_id for c in lease.candidates)
-    report = [ReportedResult(first, _ok(1e-3), True), ReportedResult(second, _ok(secs), True)]
+    report = [ReportedResult(first, timed(1e-3), True), ReportedResult(second, timed(secs), True)]
     with pytest.raises(UserError, match=f"candidate {second}: .* is not a time"):
         queue.report(worker, lease.id, report)
     assert jobs.job(job).trials_done == 0 and jobs.job(job).best_latency_secs is None
@@ -240,7 +220,7 @@ def test_a_cancelled_job_hands_out_no_more_work(log: TuningLog) -> None:
     (candidate,) = lease.candidates
     assert (
         queue.report(
-            worker, lease.id, [ReportedResult(candidate.candidate_id, _ok(1e-3), True)]
+            worker, lease.id, [ReportedResult(candidate.candidate_id, timed(1e-3), True)]
         ).stored
         == 1
     )

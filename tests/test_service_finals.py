@@ -7,10 +7,9 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Sequence
-from datetime import UTC, datetime
 
 import pytest
-from helpers import on_sqlite, wait_for
+from helpers import on_sqlite, submit_job, timed, wait_for
 
 from autosched.errors import UserError
 from autosched.finals.retiming import TOO_FEW, Finals
@@ -25,7 +24,6 @@ from autosched.records import (
     BASELINE_TRACE,
     JobStatus,
     Lease,
-    MeasureResult,
     ReportedResult,
     RetimedEntrant,
     WorkloadRef,
@@ -41,11 +39,6 @@ FINGERPRINT = {"cpu_model": "test cpu", "physical_cores": 2}
 MATMUL = get_workload("matmul", {"M": 16, "N": 16, "K": 16})
 
 
-def _ok(secs: float) -> MeasureResult:
-    now = datetime.now(UTC)
-    return MeasureResult(samples=(secs, secs), started_at=now, finished_at=now)
-
-
 def _measured_job(
     log: TuningLog,
     singles: dict[str, tuple[float, bool]],
@@ -56,12 +49,12 @@ def _measured_job(
     """A running job with a final of ``finalists``, its candidates (by trace: single-shot
     seconds and whether verified) measured; the trace BASELINE_TRACE is the untuned program."""
     jobs, queue = JobStore(log), LeaseQueue(log)
-    job = jobs.submit(
+    job = submit_job(
+        jobs,
         workload,
         TARGET,
-        trials=sum(trace != BASELINE_TRACE for trace in singles),
+        sum(trace != BASELINE_TRACE for trace in singles),
         batch_size=8,
-        strategy="evolutionary",
         seed=3,
         finalists=finalists,
         rounds=4,
@@ -75,7 +68,9 @@ def _measured_job(
         worker,
         lease.id,
         [
-            ReportedResult(c.candidate_id, _ok(singles[c.trace_json][0]), singles[c.trace_json][1])
+            ReportedResult(
+                c.candidate_id, timed(singles[c.trace_json][0]), singles[c.trace_json][1]
+            )
             for c in lease.candidates
         ],
     )
@@ -106,14 +101,7 @@ def test_a_final_is_planned_once_the_trials_are_measured_and_leased_before_candi
     assert jobs.job(job).final is not None and jobs.job(job).final.state == "pending"
     assert Finals(log).plan(job) is FinalState.QUEUED
     assert Finals(log).plan(job) is FinalState.QUEUED  # planned once
-    other = jobs.submit(
-        get_workload("matmul", {"M": 32, "N": 16, "K": 16}),
-        TARGET,
-        trials=4,
-        batch_size=4,
-        strategy="evolutionary",
-        seed=0,
-    )
+    other = submit_job(jobs, get_workload("matmul", {"M": 32, "N": 16, "K": 16}), TARGET, 4)
     assert other in jobs.claim_jobs("engine-1", ttl_secs=60)
     jobs.enqueue(other, [('["waiting"]', "waiting", None)])
     _worker, lease = _final_lease(log)
@@ -317,12 +305,11 @@ def test_an_engine_and_a_worker_time_a_jobs_finalists_for_real(db_url: str) -> N
     target = host_target()
     with TuningLog(db_url) as log:
         jobs, queue = JobStore(log), LeaseQueue(log)
-        job = jobs.submit(
+        job = submit_job(
+            jobs,
             get_workload("softmax", {"rows": 8, "cols": 32}),
             target,
-            trials=4,
-            batch_size=4,
-            strategy="evolutionary",
+            4,
             seed=2,
             finalists=2,
             rounds=3,

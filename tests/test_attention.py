@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tvm
+from helpers import relax_calls
 from model_files import write_token_block_pt2
 from tvm import relax
 
@@ -28,17 +29,12 @@ Emit = Callable[[relax.Expr], relax.Var]
 
 def _ops(mod: tvm.IRModule) -> list[str]:
     """The operators ``main`` calls, and for each call of a kernel its name."""
-    names: list[str] = []
-
-    def visit(expr: relax.Expr) -> None:
-        if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op):
-            if expr.op.name == "relax.call_tir":
-                names.append(f"call_tir {expr.args[0].name_hint}")
-            else:
-                names.append(expr.op.name.removeprefix("relax."))
-
-    relax.analysis.post_order_visit(mod["main"], visit)
-    return names
+    return [
+        f"call_tir {call.args[0].name_hint}"
+        if call.op.name == "relax.call_tir"
+        else call.op.name.removeprefix("relax.")
+        for call in relax_calls(mod)
+    ]
 
 
 def _run(mod: tvm.IRModule, inputs: list[np.ndarray]) -> list[np.ndarray]:

@@ -148,6 +148,12 @@ def _print_model_report(report: ModelTuneReport) -> None:
                 soft_wrap=True,
             )
     latency = report.latency
+    if report.latency_problem is not None:
+        _out.print(
+            f"warning: the model was not timed whole: {escape(report.latency_problem)}",
+            highlight=False,
+            soft_wrap=True,
+        )
     if latency is not None:
         threads = "TVM's own pool" if latency.threads is None else f"{latency.threads} threads"
         _out.print(

@@ -1,28 +1,39 @@
-"""A compiled model timed whole, as the loader (``autosched.runtime``) runs its exported library:
-the Relax VM's ``main`` on the target's threads, ``ROUNDS`` samples taken as an exported model's
-manifest says (warm: each the mean of calls for at least ``min_repeat_ms``), their median and
-95% interval.
+"""A compiled model timed whole, as a deployment runs it: its library exported with its manifest
+into a scratch directory and timed by `autosched run --time` in a fresh, isolated process (no
+``TVM_*`` variable, the pool sized from the manifest, as ``autosched.runtime.load`` sizes it): the
+Relax VM's ``main``, ``ROUNDS`` samples of calls for at least the measurer's ``min_repeat_ms``,
+their median and 95% interval.
 
 This, not the sum of the tasks' latencies, is what a deployment gets: it counts the kernels that
 keep TVM's default schedule, the tasks whose untuned latency is unknown, and what the VM spends
-between calls.
+between calls. It is timed in a process of its own because the tuner's is not a user's: the
+reference's runtime (ONNX Runtime's spinning pool), the cost model's threads and the measuring
+children would share the cores with it (measured: up to a fifth slower in the tuner's process).
 """
 
 from __future__ import annotations
 
-import statistics
-import threading
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
-import tvm
 from tvm import relax
 
-from autosched.exports.manifest import final_timing
-from autosched.finals.ranking import ROUNDS, median_interval
-from autosched.model.compile import random_model_inputs
+from autosched.errors import UserError
+from autosched.exports.models import complete_model_manifest, export_library
+from autosched.model.compile import OutputCheck, TaskSchedule
 from autosched.model.load import Model
-from autosched.runtime import THREADS_VARIABLE, function_sampler, use_threads
-from autosched.target import thread_env
+
+TIMEOUT_SECS = 600.0
+"""How long the timing process may take (it loads the library and takes ten samples)."""
+
+_KEPT_VARIABLES = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR")
+"""The tuner's environment variables the timing process keeps: none that sizes a thread pool."""
 
 
 @dataclass(frozen=True)
@@ -43,39 +54,48 @@ class ModelLatency:
         }
 
 
-def time_model(executable: tvm.runtime.Module, model: Model, target: dict) -> ModelLatency:
-    """Time ``executable`` (``model`` compiled for the CPU ``target``) on random inputs.
+class LatencyNotTimed(Exception):
+    """The timing process failed or gave no timing; the message says why, on one line."""
 
-    TVM's pool is per thread and cannot grow once started (this thread's may have run the
-    output check on TVM's own guess of the cores), so the samples are taken in a thread of
-    their own, whose pool starts as wide as the target's cores.
+
+def time_model(
+    model: Model,
+    executable: relax.VMExecutable,
+    schedules: Sequence[TaskSchedule],
+    target: dict,
+    check: OutputCheck,
+) -> ModelLatency:
+    """Time ``executable`` (``model`` compiled for ``target`` with ``schedules``, its outputs
+    checked) as `autosched run --time` times its exported library.
+
+    Raises:
+        LatencyNotTimed: the library could not be written, or the timing process failed.
     """
-    threads = thread_env(target).get(THREADS_VARIABLE)
-    samples: list[float] = []
-    failures: list[BaseException] = []
-
-    def sample() -> None:
+    with tempfile.TemporaryDirectory(prefix="autosched-latency-") as scratch:
+        library = Path(scratch) / "model.so"
         try:
-            if threads is not None:
-                use_threads(int(threads))
-            device = tvm.cpu()
-            vm = relax.VirtualMachine(executable, device)
-            inputs = random_model_inputs(model.inputs)
-            args = [tvm.runtime.tensor(array, device) for array in inputs]
-            taken = function_sampler(vm, "main", device, args, final_timing(cold=False))
-            samples.extend(taken() for _ in range(ROUNDS))
-        except BaseException as error:  # re-raised in the caller's thread
-            failures.append(error)
-
-    timer = threading.Thread(target=sample, name="model-latency")
-    timer.start()
-    timer.join()
-    if failures:
-        raise failures[0]
-    interval = median_interval(samples)
-    return ModelLatency(
-        statistics.median(samples),
-        interval.low,
-        interval.high,
-        None if threads is None else int(threads),
-    )
+            written = export_library(model, executable, schedules, target, check, library)
+            complete_model_manifest(written[1], target, model.path)
+        except UserError as error:
+            raise LatencyNotTimed(str(error)) from None
+        command = [sys.executable, "-I", "-m", "autosched", "run", str(library), "--time", "--json"]
+        env = {name: os.environ[name] for name in _KEPT_VARIABLES if name in os.environ}
+        try:
+            result = subprocess.run(
+                command,
+                cwd=scratch,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=TIMEOUT_SECS,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            raise LatencyNotTimed(f"timing the model took over {TIMEOUT_SECS:.0f} s") from None
+        if result.returncode != 0:
+            lines = [line for line in result.stderr.splitlines() if line.strip()]
+            raise LatencyNotTimed(lines[-1] if lines else f"exit code {result.returncode}")
+    document = json.loads(result.stdout)
+    timed = document["timing"]["artefact"]
+    low, high = timed["interval_us"]
+    return ModelLatency(timed["median_us"] * 1e-6, low * 1e-6, high * 1e-6, document["threads"])

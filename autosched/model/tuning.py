@@ -39,7 +39,7 @@ from autosched.model.compile import (
     compile_schedules,
 )
 from autosched.model.isolated import ImportedModel
-from autosched.model.latency import ModelLatency, time_model
+from autosched.model.latency import LatencyNotTimed, ModelLatency, time_model
 from autosched.model.load import Model
 from autosched.model.scheduler import TaskScheduler
 from autosched.model.tasks import ModelTask
@@ -131,6 +131,7 @@ class ModelTuneReport:
     check: OutputCheck
     wall_secs: float
     latency: ModelLatency | None = None
+    latency_problem: str | None = None  # why it was not timed whole, where it was not
 
     @property
     def trials(self) -> int:
@@ -170,6 +171,7 @@ class ModelTuneReport:
             "estimated_untuned_latency_us": _us(self.untuned_secs),
             "estimated_over_tasks": len(self.estimated),
             "measured": None if self.latency is None else self.latency.as_json(),
+            "measured_problem": self.latency_problem,
             "tasks": [task.as_json() for task in self.tasks],
             "check": self.check.as_json(),
             "wall_secs": self.wall_secs,
@@ -272,9 +274,13 @@ def tune_model(
         for outcome, schedule, kept in zip(outcomes, schedules, built, strict=True)
     )
     check = check_outputs(model, executable, target)
-    latency = time_model(executable, model, target)
+    latency, problem = None, None
+    try:
+        latency = time_model(model, executable, schedules, target, check)
+    except LatencyNotTimed as error:
+        problem = str(error)
     report = ModelTuneReport(
-        model.name, target, outcomes, check, time.perf_counter() - started, latency
+        model.name, target, outcomes, check, time.perf_counter() - started, latency, problem
     )
     record_tuned_model(log, model, stored_target.id, report)
     return report

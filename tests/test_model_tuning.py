@@ -260,3 +260,27 @@ def test_the_log_lists_tuned_models_with_their_tasks(tuned: TunedModels, cli: Cl
     assert mlp["measured_interval_us"] == pytest.approx(measured["interval_us"])
     text = cli("log", "models", "--db", tuned.db)
     assert text.code == 0 and "conv (pytorch" in text.out
+
+
+def test_a_model_whose_timing_fails_is_kept_with_a_warning(
+    tuned: TunedModels, cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The timing process runs past its time: the tuning is kept and recorded, its report says
+    why the model was not timed whole, and the log shows no latency for it."""
+    import shutil
+
+    from autosched.model import latency
+
+    shutil.copy(tuned.root / "log.db", tmp_path / "log.db")
+    db = f"sqlite:///{tmp_path / 'log.db'}"
+    monkeypatch.setattr(latency, "TIMEOUT_SECS", 0.01)
+    given = ("--input", "x=16x64:float32", "--trials", "1", "--db", db)
+    result = cli("tune", str(tuned.mlp), *given)
+    assert result.code == 0, result.err
+    assert "warning: the model was not timed whole: timing the model took over" in result.out
+    report = json.loads(cli("tune", str(tuned.mlp), *given, "--json").out)
+    assert report["measured"] is None and "took over" in report["measured_problem"]
+    (mlp,) = [
+        m for m in json.loads(cli("log", "models", "--db", db, "--json").out) if m["model"] == "mlp"
+    ]
+    assert mlp["measured_latency_us"] is None and mlp["measured_interval_us"] is None

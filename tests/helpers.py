@@ -31,6 +31,8 @@ from autosched.log import TuningLog
 from autosched.log.costmodels import CostModelStore
 from autosched.log.jobs import JobStore
 from autosched.records import MeasureResult
+from autosched.search.registry import SearchJob
+from autosched.search.session import SearchSession
 from autosched.target import host_target
 from autosched.torch_guard import keep_torch_out
 from autosched.workload import Workload
@@ -242,3 +244,19 @@ def relax_calls(mod: tvm.IRModule) -> list[relax.Call]:
 def relax_ops(mod: tvm.IRModule) -> list[str]:
     """The names of the operators ``mod``'s ``main`` calls, in post order, ``relax.`` left off."""
     return [call.op.name.removeprefix("relax.") for call in relax_calls(mod)]
+
+
+def count_session_starts(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, SearchJob]]:
+    """The search sessions started from now on (``autosched.sessions`` starts them), each as its
+    strategy and job, in order; the sessions start as they would."""
+    from autosched import sessions
+    from autosched.search.session import start_session
+
+    started: list[tuple[str, SearchJob]] = []
+
+    def counting_start(strategy: str, job: SearchJob) -> SearchSession:
+        started.append((strategy, job))
+        return start_session(strategy, job)
+
+    monkeypatch.setattr(sessions, "start_session", counting_start)
+    return started

@@ -5,18 +5,15 @@ from __future__ import annotations
 import threading
 
 import pytest
-from helpers import on_sqlite, submit_job, wait_for
+from helpers import count_session_starts, on_sqlite, submit_job, wait_for
 from recorded import DATA, load_recording
 
-from autosched import sessions as sessions_module
 from autosched.costmodel.shared import train_shared
 from autosched.log import TuningLog
 from autosched.log.jobs import JobStore
 from autosched.log.leases import LeaseQueue
 from autosched.measure import MeasureConfig
 from autosched.records import JobStatus
-from autosched.search.registry import SearchJob
-from autosched.search.session import SearchSession, start_session
 from autosched.server.engine import Engine
 from autosched.target import host_target, target_family
 from autosched.workers.daemon import WorkerDaemon
@@ -86,13 +83,7 @@ def test_jobs_are_tuned_to_their_budget_by_engine_and_workers(db_url: str) -> No
 def test_the_next_job_of_a_workload_continues_the_finished_jobs_search(
     db_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    started: list[int] = []
-
-    def counting_start(strategy: str, job: SearchJob) -> SearchSession:
-        started.append(job.trials)
-        return start_session(strategy, job)
-
-    monkeypatch.setattr(sessions_module, "start_session", counting_start)
+    started = count_session_starts(monkeypatch)
     target = host_target()
     workload = get_workload("matmul", {"M": 32, "N": 32, "K": 32})
     with TuningLog(db_url) as log:
@@ -114,7 +105,8 @@ def test_the_next_job_of_a_workload_continues_the_finished_jobs_search(
             stop.set()
             engine.stop()
             worker.join()
-        assert started == [4]  # the second job continued the first one's session
+        # the second job continued the first one's session
+        assert [job.trials for _, job in started] == [4]
         for job in jobs:
             progress = store.job(job)
             assert progress.status is JobStatus.FINISHED

@@ -6,15 +6,12 @@ from dataclasses import replace
 
 import pytest
 from faults import FaultyMeasurer, faulty_matmul
-from helpers import on_sqlite, one_core_target
+from helpers import count_session_starts, on_sqlite, one_core_target
 
-from autosched import sessions as sessions_module
 from autosched.log import TuningLog
 from autosched.log.jobs import JobStore
 from autosched.measure import MeasureConfig
 from autosched.records import BASELINE_TRACE, ErrorKind, JobStatus
-from autosched.search.registry import SearchJob
-from autosched.search.session import SearchSession, start_session
 from autosched.sessions import OpenSession, OpenSessions
 from autosched.target import host_target, target_key
 from autosched.tuner import TuneOptions, tune
@@ -267,13 +264,7 @@ def test_a_program_whose_epilogue_cannot_be_fused_is_still_tuned(tmp_path) -> No
 def test_a_kept_session_continues_in_the_next_job_and_catches_up_on_the_log(
     db_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    started: list[str] = []
-
-    def counting_start(strategy: str, job: SearchJob) -> SearchSession:
-        started.append(strategy)
-        return start_session(strategy, job)
-
-    monkeypatch.setattr(sessions_module, "start_session", counting_start)
+    started = count_session_starts(monkeypatch)
     workload = get_workload("matmul", SHAPE)
     target = one_core_target()
     log = TuningLog(db_url)
@@ -294,7 +285,7 @@ def test_a_kept_session_continues_in_the_next_job_and_catches_up_on_the_log(
         measurer.close()
         log.close()
     # the kept session was started once and continued; the job in between started its own
-    assert started == ["evolutionary", "evolutionary"]
+    assert [strategy for strategy, _ in started] == ["evolutionary", "evolutionary"]
     assert second.cost_model == first.cost_model
     # nothing measured twice: the kept session learnt what the other job measured
     assert len(records) == 1 + 4 + 3 + 4

@@ -104,11 +104,9 @@ def model_row(
     work: Path, db: str, name: str, trials: int, batch: int, rounds: int, processes: int
 ) -> dict[str, Any]:
     """The corpus model exported to ONNX, tuned (unless the log has it), exported and timed."""
-    from autosched.bench.corpus import CORPUS, export
+    from autosched.bench.corpus import corpus_models, export
 
-    entry = next((entry for entry in CORPUS if entry.name == name), None)
-    if entry is None:
-        raise SystemExit(f"no model {name!r} in the conformance corpus")
+    (entry,) = corpus_models(name)
     onnx = work / f"{name}.onnx"
     if not onnx.exists():
         export(entry, "onnx", onnx)

@@ -23,7 +23,7 @@ from pathlib import Path
 import onnx
 import onnxruntime
 
-from autosched.bench.corpus import CORPUS, export
+from autosched.bench.corpus import CorpusModel, corpus_models, export
 from autosched.model.load import load_model
 from autosched.model.tasks import extract_tasks
 from autosched.target import host_target
@@ -56,10 +56,8 @@ def kernels(path: Path) -> Counter[str]:
     return kinds
 
 
-def compare(name: str, work: Path) -> dict[str, object]:
-    entry = next((entry for entry in CORPUS if entry.name == name), None)
-    if entry is None:
-        raise SystemExit(f"no model {name!r} in the conformance corpus")
+def compare(entry: CorpusModel, work: Path) -> dict[str, object]:
+    name = entry.name
     path = work / f"{name}.onnx"
     if not path.exists():
         export(entry, "onnx", path)
@@ -88,7 +86,7 @@ def main() -> None:
     parser.add_argument("--json", action="store_true", help="Print the rows as JSON.")
     args = parser.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
-    rows = [compare(name, args.work) for name in args.models.split(",")]
+    rows = [compare(entry, args.work) for entry in corpus_models(args.models)]
     if args.json:
         print(json.dumps(rows))
         return

@@ -101,4 +101,9 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from autosched.errors import UserError
+
+    try:
+        main()
+    except UserError as error:
+        raise SystemExit(f"error: {error}") from None

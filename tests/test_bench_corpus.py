@@ -53,7 +53,7 @@ def test_a_corpus_whose_package_is_missing_names_the_install_command(
 
 @pytest.mark.slow
 def test_the_smallest_corpus_model_has_every_contender_timed_or_a_reason(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from autosched.bench import models
     from autosched.runtime import read_manifest
@@ -66,6 +66,8 @@ def test_the_smallest_corpus_model_has_every_contender_timed_or_a_reason(
     (row,) = models.bench_models(
         [chosen], target, trials=2, stock=False, work_dir=tmp_path / "kept"
     )
+    # the ONNX exporter's progress lines stay off stdout, which carries `--json`'s document
+    assert "[torch.onnx]" not in capsys.readouterr().out
     work = tmp_path / "kept" / "transformer_encoder"
     # ONNX Runtime runs the file autosched tuned; the library is loaded by its manifest
     assert (work / "transformer_encoder.onnx").is_file()

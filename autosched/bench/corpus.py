@@ -11,8 +11,10 @@ of theirs is built. Nothing here tunes or times a model.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -197,6 +199,8 @@ def export(
 
     ONNX's weights go to a file of their own beside ``path`` (the exporter's default) unless
     ``self_contained``: the service takes one file, and refuses one whose tensors are elsewhere.
+    The exporter's progress lines go to stderr: a command's stdout carries its own output (a
+    `--json` document) alone.
 
     Raises:
         UserError: the model's project is not installed.
@@ -204,7 +208,7 @@ def export(
     torch.manual_seed(0)
     module, inputs = entry.build()
     module = initialised(module, inputs)
-    with torch.no_grad():
+    with torch.no_grad(), contextlib.redirect_stdout(sys.stderr):
         if fmt == "pt2":
             torch.export.save(torch.export.export(module, inputs), str(path))
         else:

@@ -53,7 +53,12 @@ def test_only_admins_export_and_import_the_log(
     assert lines[-1] == {
         "type": "end",
         "counts": {
-            "workload": 1, "target": 1, "device": 1, "measurement": 3, "best": 1, "final": 0
+            "workload": 1,
+            "target": 1,
+            "device": 1,
+            "measurement": 3,
+            "best": 1,
+            "final": 0,
         },
     }
     merged = http.post(IMPORT, headers=headers[Role.ADMIN], content=exported.content)

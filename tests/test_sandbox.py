@@ -91,9 +91,7 @@ def test_a_measured_program_cannot_read_the_hosts_files(child, tmp_path: Path) -
 
 
 @contained
-def test_a_measured_program_writes_nowhere_but_its_scratch_directory(
-    child, tmp_path: Path
-) -> None:
+def test_a_measured_program_writes_nowhere_but_its_scratch_directory(child, tmp_path: Path) -> None:
     outside = [tmp_path / "planted.py", Path(sandbox.__file__).with_name("planted.py")]
     for path in outside:
         child.call(WriteFile(str(path)), 30)

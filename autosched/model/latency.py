@@ -18,7 +18,8 @@ import os
 import subprocess
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,6 +35,27 @@ TIMEOUT_SECS = 600.0
 
 _KEPT_VARIABLES = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR")
 """The tuner's environment variables the timing process keeps: none that sizes a thread pool."""
+
+
+_PROCESS_CPUS = frozenset(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+"""The CPUs this process may run on, read as it imports this module: TVM's thread pool pins the
+thread that ran a parallel program to one of them, and a child started from that thread inherits
+the pin (the loader would then cut the pool to one thread)."""
+
+
+@contextmanager
+def _on_every_cpu() -> Iterator[None]:
+    """This thread on every CPU of the process while the block starts a child, pinned again
+    after."""
+    if _PROCESS_CPUS is None:
+        yield
+        return
+    pinned = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, _PROCESS_CPUS)
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, pinned)
 
 
 @dataclass(frozen=True)
@@ -81,15 +103,16 @@ def time_model(
         command = [sys.executable, "-I", "-m", "autosched", "run", str(library), "--time", "--json"]
         env = {name: os.environ[name] for name in _KEPT_VARIABLES if name in os.environ}
         try:
-            result = subprocess.run(
-                command,
-                cwd=scratch,
-                env=env,
-                capture_output=True,
-                text=True,
-                timeout=TIMEOUT_SECS,
-                check=False,
-            )
+            with _on_every_cpu():
+                result = subprocess.run(
+                    command,
+                    cwd=scratch,
+                    env=env,
+                    capture_output=True,
+                    text=True,
+                    timeout=TIMEOUT_SECS,
+                    check=False,
+                )
         except subprocess.TimeoutExpired:
             raise LatencyNotTimed(f"timing the model took over {TIMEOUT_SECS:.0f} s") from None
         if result.returncode != 0:

@@ -281,13 +281,21 @@ class Artefact(ABC):
     def sampler(self, inputs: Sequence[np.ndarray]) -> Callable[[], float]:
         """One sample of the artefact on ``inputs`` per call, in seconds, taken as the tuner
         takes one in a final (``Timing``); the warm-up calls are made here."""
-        return function_sampler(
-            self._owner(),
+        timing = self.manifest.timing
+        args = self._device_args(inputs)
+        function = self._owner()[self.manifest.function]
+        for _ in range(timing.warmup):
+            function(*args)
+        self.device.sync()
+        evaluator = self._owner().time_evaluator(
             self.manifest.function,
             self.device,
-            self._device_args(inputs),
-            self.manifest.timing,
+            number=1,
+            repeat=1,
+            min_repeat_ms=0 if timing.cold else timing.min_repeat_ms,
+            f_preproc=_FLUSH_CACHES if timing.cold else "",
         )
+        return lambda: float(evaluator(*args).mean)
 
     @abstractmethod
     def _owner(self) -> Any:
@@ -396,27 +404,6 @@ def load(path: str | os.PathLike[str], *, threads: int | None = None) -> Kernel 
     device = tvm.device(manifest.device, 0)
     artefact = Kernel if manifest.kind == "kernel" else Model
     return artefact(manifest, device, count)
-
-
-def function_sampler(
-    owner: Any, function: str, device: Any, args: Sequence[Any], timing: Timing
-) -> Callable[[], float]:
-    """One sample of ``owner[function]`` (a module's or a Relax VM's) on ``args`` per call, in
-    seconds, taken as ``timing`` says: after its warm-up calls (made here), the mean of calls
-    for at least ``min_repeat_ms``, or one call after the CPU caches are flushed (``cold``)."""
-    called = owner[function]
-    for _ in range(timing.warmup):
-        called(*args)
-    device.sync()
-    evaluator = owner.time_evaluator(
-        function,
-        device,
-        number=1,
-        repeat=1,
-        min_repeat_ms=0 if timing.cold else timing.min_repeat_ms,
-        f_preproc=_FLUSH_CACHES if timing.cold else "",
-    )
-    return lambda: float(evaluator(*args).mean)
 
 
 def _describe(shape: tuple[int, ...] | None, dtype: str) -> str:

@@ -3,7 +3,6 @@ a kernel (``kernels``) and a model (``models``) alike."""
 
 from __future__ import annotations
 
-from dataclasses import asdict
 from pathlib import Path
 
 from autosched import runtime
@@ -18,6 +17,7 @@ def artefact_header(kind: str, library: Path, target: dict, *, cold: bool) -> di
     of TVM's pool (``autosched.target.thread_env``; None where the target left it to TVM) and the
     timing protocol of a final (``cold``: the CPU caches flushed before each call)."""
     threads = thread_env(target).get(runtime.THREADS_VARIABLE)
+    config = MeasureConfig()
     return {
         "manifest": runtime.MANIFEST,
         "manifest_version": runtime.MANIFEST_VERSION,
@@ -28,14 +28,10 @@ def artefact_header(kind: str, library: Path, target: dict, *, cold: bool) -> di
             "device": "cuda" if target.get("kind") == "cuda" else "cpu",
             "num_threads": None if threads is None else int(threads),
         },
-        "timing": asdict(final_timing(cold=cold)),
+        "timing": {
+            "warmup": config.warmup,
+            "min_repeat_ms": config.min_repeat_ms,
+            "rounds": ROUNDS,
+            "cold": cold,
+        },
     }
-
-
-def final_timing(*, cold: bool) -> runtime.Timing:
-    """How a final samples each finalist (``ROUNDS`` samples after the measurer's warm-up
-    calls), as an artefact's manifest records it and the loader times the artefact."""
-    config = MeasureConfig()
-    return runtime.Timing(
-        warmup=config.warmup, min_repeat_ms=config.min_repeat_ms, rounds=ROUNDS, cold=cold
-    )

@@ -22,6 +22,7 @@ from autosched.finals.ranking import (
     Finalist,
     contenders,
     rank_finalists,
+    reference_enters,
     side_by_side,
 )
 from autosched.finals.timings import FinalistStore
@@ -317,9 +318,9 @@ def _retime_finalists(
     options: TuneOptions,
 ) -> list[Finalist]:
     """Time the ``options.finalists`` fastest correct tuned candidates of the workload and target
-    again, side by side with the untuned program, and make the one with the lowest re-timed
-    median the best record (``autosched.finals.ranking``); none where the measurer cannot re-time (a
-    replay of a log).
+    again, side by side with the untuned program (unless `reference_enters` leaves it out), and
+    make the one with the lowest re-timed median the best record (``autosched.finals.ranking``);
+    none where the measurer cannot re-time (a replay of a log).
 
     A candidate whose output was never checked is checked first; one that fails is left out, one
     that passes has its measurement marked verified, as every best record's is.
@@ -342,7 +343,12 @@ def _retime_finalists(
             break
         if (entered := entrant(record)) is not None:
             entrants.append(entered)
-    if untuned is not None and (reference := entrant(untuned)) is not None:
+    tuned_secs = [e.first_median_secs for e in entrants]
+    if (
+        untuned is not None
+        and reference_enters(untuned.median_secs, tuned_secs)
+        and (reference := entrant(untuned)) is not None
+    ):
         entrants.append(reference)
     if len(entrants) < 2:
         return []

@@ -14,6 +14,7 @@ from autosched.finals.ranking import (
     Interval,
     median_interval,
     rank_finalists,
+    reference_enters,
     side_by_side,
 )
 from autosched.finals.timings import FinalistStore
@@ -100,6 +101,13 @@ def test_a_speed_up_is_read_off_one_final_where_the_reference_was_timed_in_it() 
     assert side_by_side(ranked, "trace-u") == (1.2, 8.0)
     assert side_by_side(ranked, "trace-elsewhere") is None
     assert side_by_side([], "trace-u") is None
+
+
+def test_an_untuned_program_many_times_slower_than_every_entrant_stays_out_of_the_final() -> None:
+    assert reference_enters(0.09, [1e-3, 9e-3])  # within 10x of the slowest entrant
+    assert not reference_enters(0.2, [1e-3, 9e-3])
+    assert reference_enters(9e-3, [1e-5])  # fast enough to cost a round no more than an entrant
+    assert reference_enters(None, [1e-3]) and reference_enters(1.0, [])
 
 
 @pytest.mark.slow  # builds and times two programs
@@ -196,3 +204,32 @@ def test_a_tuning_run_chooses_its_best_by_the_re_timed_median_and_logs_every_sam
     assert served["samples"] == list(finalists[0].samples) and served["tie"] is True
     assert served["interval_secs"] == [finalists[0].interval.low, finalists[0].interval.high]
     assert listed["retimed_latency_secs"] == finalists[0].median_secs
+
+
+@pytest.mark.slow  # a matmul of 512^3 untuned (about 0.1 s a call) and three tuned candidates
+def test_a_final_leaves_out_an_untuned_program_it_need_not_time_again(tmp_path: Path) -> None:
+    workload = get_workload("matmul", {"M": 512, "N": 512, "K": 512})
+    options = TuneOptions(trials=3, batch_size=3, seed=0, finalists=2, rounds=3)
+    measurer = LocalMeasurer(host_target(), MeasureConfig(repeat=2, min_repeat_ms=2))
+    with TuningLog(f"sqlite:///{tmp_path / 'log.db'}") as log:
+        try:
+            report = tune(workload, host_target(), log, measurer, options)
+        finally:
+            measurer.close()
+        records = log.records(*_subject(log, workload.key))
+    untuned = next(r.median_secs for r in records if r.trace_json == BASELINE_TRACE)
+    finalists = report.finalists
+    assert untuned is not None and len(finalists) == 2
+    # the precondition: the untuned single shot is far slower than both finalists'
+    assert not reference_enters(untuned, [f.first_median_secs for f in finalists])
+    assert all(f.trace_json != BASELINE_TRACE for f in finalists)
+    # the speed-up is then the single shots' (the winner's re-timed median is in its final)
+    assert report.baseline_latency_secs == untuned
+    assert report.best_latency_secs == finalists[0].first_median_secs
+
+
+def _subject(log: TuningLog, workload_key: str) -> tuple[int, int]:
+    workload = log.find_workload(workload_key)
+    target = log.find_target(target_key(host_target()))
+    assert workload is not None and target is not None
+    return workload.id, target.id

@@ -248,6 +248,16 @@ def test_a_final_with_fewer_than_two_entrants_is_skipped(log: TuningLog) -> None
     assert LeaseQueue(log).lease(worker, 8) is None
 
 
+def test_an_untuned_program_far_slower_than_the_entrants_is_not_timed_again(
+    log: TuningLog,
+) -> None:
+    job = _measured_job(log, {**SINGLES, BASELINE_TRACE: (0.5, True)})
+    assert Finals(log).plan(job) is FinalState.QUEUED
+    _worker, lease = _final_lease(log)
+    assert lease.final is not None
+    assert [e.trace_json for e in lease.final.entrants] == ['["fast"]', '["second"]']
+
+
 def test_a_job_that_ends_before_its_final_is_leased_skips_it(log: TuningLog) -> None:
     jobs = JobStore(log)
     pending = _measured_job(log, SINGLES)

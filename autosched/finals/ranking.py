@@ -6,8 +6,10 @@ those single shots is often a lucky one. At the end of a run the finalists are t
 rounds (each round times every finalist once, in a rotated order, so a slow spell of the machine
 falls on all of them alike). The winner has the lowest re-timed median; a finalist whose interval
 overlaps the winner's is a tie: the measurements cannot tell them apart. The untuned program
-enters every final as the reference: a speed-up is then two medians of one timing, and where
-no tuned candidate beats it, the untuned program wins.
+enters the final as the reference: a speed-up is then two medians of one timing, and where no
+tuned candidate beats it, the untuned program wins. An untuned program many times slower than
+every tuned entrant stays out (`reference_enters`): it cannot win, and timing it in every round
+would cost more than the rest of the final.
 """
 
 from __future__ import annotations
@@ -24,6 +26,11 @@ FINALISTS = 8
 """How many of the fastest tuned candidates enter a final, unless told otherwise."""
 ROUNDS = 10
 """In how many rounds a final times its entrants, unless told otherwise."""
+REFERENCE_SPAN = 10.0
+REFERENCE_FLOOR_SECS = 0.01
+"""The untuned program stays out of a final where its single shot is over ``REFERENCE_SPAN``
+times the slowest tuned entrant's and over ``REFERENCE_FLOOR_SECS``: a faster program costs a
+round no more than an entrant does, its timing repeated up to the measuring's shortest repeat."""
 MAX_FINALISTS = 64
 MAX_ROUNDS = 1000
 
@@ -121,6 +128,15 @@ def contenders(records: Iterable[RecordView]) -> tuple[list[RecordView], RecordV
     tuned = [record for record in timed if record.trace_json != BASELINE_TRACE]
     untuned = next((record for record in timed if record.trace_json == BASELINE_TRACE), None)
     return tuned, untuned
+
+
+def reference_enters(untuned_secs: float | None, tuned_secs: Sequence[float]) -> bool:
+    """Whether the untuned program, of single shot ``untuned_secs``, enters a final beside tuned
+    entrants of single shots ``tuned_secs`` (see ``REFERENCE_SPAN``). One left out cannot win:
+    no re-timing would change the winner, and its speed-up is then the single shots'."""
+    if untuned_secs is None or not tuned_secs:
+        return True
+    return untuned_secs <= max(REFERENCE_SPAN * max(tuned_secs), REFERENCE_FLOOR_SECS)
 
 
 def rank_finalists(

@@ -21,8 +21,8 @@ from autosched.finals.ranking import (
     Entrant,
     Finalist,
     contenders,
+    enters_final,
     rank_finalists,
-    reference_enters,
     side_by_side,
 )
 from autosched.finals.timings import FinalistStore
@@ -318,7 +318,7 @@ def _retime_finalists(
     options: TuneOptions,
 ) -> list[Finalist]:
     """Time the ``options.finalists`` fastest correct tuned candidates of the workload and target
-    again, side by side with the untuned program (unless `reference_enters` leaves it out), and
+    again, side by side with the untuned program (those `enters_final` lets in), and
     make the one with the lowest re-timed median the best record (``autosched.finals.ranking``);
     none where the measurer cannot re-time (a replay of a log).
 
@@ -338,15 +338,16 @@ def _retime_finalists(
         return Entrant(record.program_hash, record.trace_json, record.median_secs or 0.0)
 
     entrants: list[Entrant] = []
-    for record in tuned:
-        if len(entrants) == options.finalists:
+    for record in tuned:  # fastest first: the first correct one sets the pace
+        fastest = entrants[0].first_median_secs if entrants else None
+        if len(entrants) == options.finalists or not enters_final(record.median_secs, fastest):
             break
         if (entered := entrant(record)) is not None:
             entrants.append(entered)
-    tuned_secs = [e.first_median_secs for e in entrants]
+    fastest = entrants[0].first_median_secs if entrants else None
     if (
         untuned is not None
-        and reference_enters(untuned.median_secs, tuned_secs)
+        and enters_final(untuned.median_secs, fastest)
         and (reference := entrant(untuned)) is not None
     ):
         entrants.append(reference)

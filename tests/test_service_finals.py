@@ -248,13 +248,15 @@ def test_a_final_with_fewer_than_two_entrants_is_skipped(log: TuningLog) -> None
     assert LeaseQueue(log).lease(worker, 8) is None
 
 
-def test_an_untuned_program_far_slower_than_the_entrants_is_not_timed_again(
+def test_a_program_far_slower_than_the_fastest_entrant_is_not_timed_again(
     log: TuningLog,
 ) -> None:
-    job = _measured_job(log, {**SINGLES, BASELINE_TRACE: (0.5, True)})
+    slow = {'["fast"]': (1e-3, False), '["second"]': (0.02, True), '["slow"]': (0.3, True)}
+    job = _measured_job(log, {**slow, BASELINE_TRACE: (0.5, True)}, finalists=3)
     assert Finals(log).plan(job) is FinalState.QUEUED
     _worker, lease = _final_lease(log)
     assert lease.final is not None
+    # the pace is the fastest verified single shot's (0.02 s): 0.3 s and 0.5 s stay out
     assert [e.trace_json for e in lease.final.entrants] == ['["fast"]', '["second"]']
 
 

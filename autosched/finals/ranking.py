@@ -7,9 +7,9 @@ rounds (each round times every finalist once, in a rotated order, so a slow spel
 falls on all of them alike). The winner has the lowest re-timed median; a finalist whose interval
 overlaps the winner's is a tie: the measurements cannot tell them apart. The untuned program
 enters the final as the reference: a speed-up is then two medians of one timing, and where no
-tuned candidate beats it, the untuned program wins. An untuned program many times slower than
-every tuned entrant stays out (`reference_enters`): it cannot win, and timing it in every round
-would cost more than the rest of the final.
+tuned candidate beats it, the untuned program wins. A program, tuned or not, many times slower
+than the fastest correct entrant stays out (`enters_final`): it cannot win, and timing it in
+every round would cost more than the rest of the final.
 """
 
 from __future__ import annotations
@@ -26,11 +26,11 @@ FINALISTS = 8
 """How many of the fastest tuned candidates enter a final, unless told otherwise."""
 ROUNDS = 10
 """In how many rounds a final times its entrants, unless told otherwise."""
-REFERENCE_SPAN = 10.0
-REFERENCE_FLOOR_SECS = 0.01
-"""The untuned program stays out of a final where its single shot is over ``REFERENCE_SPAN``
-times the slowest tuned entrant's and over ``REFERENCE_FLOOR_SECS``: a faster program costs a
-round no more than an entrant does, its timing repeated up to the measuring's shortest repeat."""
+ENTRY_SPAN = 10.0
+ENTRY_FLOOR_SECS = 0.01
+"""A program stays out of a final where its single shot is over ``ENTRY_SPAN`` times the fastest
+correct entrant's and over ``ENTRY_FLOOR_SECS``: a faster one costs a round no more than any
+entrant does, its timing repeated up to the measuring's shortest repeat anyway."""
 MAX_FINALISTS = 64
 MAX_ROUNDS = 1000
 
@@ -130,13 +130,14 @@ def contenders(records: Iterable[RecordView]) -> tuple[list[RecordView], RecordV
     return tuned, untuned
 
 
-def reference_enters(untuned_secs: float | None, tuned_secs: Sequence[float]) -> bool:
-    """Whether the untuned program, of single shot ``untuned_secs``, enters a final beside tuned
-    entrants of single shots ``tuned_secs`` (see ``REFERENCE_SPAN``). One left out cannot win:
-    no re-timing would change the winner, and its speed-up is then the single shots'."""
-    if untuned_secs is None or not tuned_secs:
+def enters_final(single_secs: float | None, fastest_secs: float | None) -> bool:
+    """Whether a program of single shot ``single_secs`` enters a final whose fastest correct
+    entrant's single shot is ``fastest_secs`` (None: not known yet); see ``ENTRY_SPAN``. One left
+    out cannot win (a slow spell only ever slows a timing down); an untuned program left out
+    makes the speed-up the single shots'."""
+    if single_secs is None or fastest_secs is None:
         return True
-    return untuned_secs <= max(REFERENCE_SPAN * max(tuned_secs), REFERENCE_FLOOR_SECS)
+    return single_secs <= max(ENTRY_SPAN * fastest_secs, ENTRY_FLOOR_SECS)
 
 
 def rank_finalists(

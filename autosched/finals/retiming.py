@@ -5,7 +5,7 @@ target, and ranked into the job's finalists (``autosched.finals.ranking``).
 A job submitted with finalists has a final from the start, ``pending`` while it searches. The
 engine that drives the job plans it once nothing of the job is left with the workers: it picks
 the entrants as ``autosched tune`` does (the fastest correct tuned candidates, then the untuned
-program unless `reference_enters` leaves it out) and queues it; the job stays running until its
+program, those `enters_final` lets in) and queues it; the job stays running until its
 final has ended. The first worker of the target that asks for work leases it, before any
 candidate (a final ends a job), checks the output of every entrant never verified, times the
 entrants in rounds and reports their samples.
@@ -31,7 +31,7 @@ from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from autosched.errors import UserError
-from autosched.finals.ranking import Entrant, contenders, rank_finalists, reference_enters
+from autosched.finals.ranking import Entrant, contenders, enters_final, rank_finalists
 from autosched.finals.timings import FinalistStore
 from autosched.log.queries import record_view
 from autosched.log.store import LogStore
@@ -88,10 +88,13 @@ class Finals(LogStore):
             assert job is not None
             subject, finalists = (job.workload_id, job.target_id), final.finalists
         tuned, untuned = contenders(self._log.records(*subject))
-        entrants = [record.candidate_id for record in tuned[:finalists]]
-        tuned_secs = [record.median_secs or 0.0 for record in tuned[:finalists]]
-        if untuned is not None and reference_enters(untuned.median_secs, tuned_secs):
-            entrants.append(untuned.candidate_id)
+        # the fastest verified candidate sets the pace (one never verified may fail its check)
+        fastest = next((record.median_secs for record in tuned if record.verified), None)
+        entrants = [
+            record.candidate_id
+            for record in [*tuned[:finalists], *([untuned] if untuned is not None else [])]
+            if enters_final(record.median_secs, fastest)
+        ]
         with self._log.sessions.begin() as session:
             planned = session.scalar(
                 select(Final)

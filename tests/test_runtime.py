@@ -5,12 +5,14 @@ can be and warned of where it cannot; manifests that lie are refused."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -235,3 +237,44 @@ def test_a_manifest_that_lies_is_refused_in_one_line(
     with pytest.raises(UserError) as refused:
         load(tmp_path / "mm.json")
     assert message in str(refused.value) and "\n" not in str(refused.value)
+
+
+class _CountedCalls:
+    """A loaded artefact's owner whose ``main`` counts its calls; TVM's evaluator passes through
+    (its calls, made in C++, are not counted)."""
+
+    def __init__(self, owner: Any) -> None:
+        self.owner, self.calls = owner, 0
+
+    def __getitem__(self, name: str) -> Any:
+        function = self.owner[name]
+
+        def counted(*args: Any) -> Any:
+            self.calls += 1
+            return function(*args)
+
+        return counted
+
+    def time_evaluator(self, *args: Any, **kwargs: Any) -> Any:
+        return self.owner.time_evaluator(*args, **kwargs)
+
+
+@pytest.mark.parametrize(("min_repeat_ms", "direct"), [(0, True), (50, False)])
+def test_a_call_that_lasts_a_sample_is_timed_alone_and_a_shorter_one_by_tvms_evaluator(
+    exported: Exported, monkeypatch: pytest.MonkeyPatch, min_repeat_ms: int, direct: bool
+) -> None:
+    kernel = load(exported.kernel)
+    timing = dataclasses.replace(kernel.manifest.timing, min_repeat_ms=min_repeat_ms)
+    kernel.manifest = dataclasses.replace(kernel.manifest, timing=timing)
+    counted = _CountedCalls(kernel._owner())
+    monkeypatch.setattr(kernel, "_owner", lambda: counted)
+    rng = np.random.default_rng(0)
+    sample = kernel.sampler([rng.uniform(-1, 1, (64, 64)).astype("float32") for _ in range(2)])
+    assert counted.calls == timing.warmup
+    if direct:  # each sample one call of its own, not an untimed call and a timed one
+        samples = [sample() for _ in range(3)]
+        assert counted.calls == timing.warmup + 3
+    else:  # a sample too short for its length: TVM's evaluator repeats it
+        samples = [sample()]
+        assert counted.calls == timing.warmup
+    assert all(0 < secs < 1 for secs in samples)

@@ -12,6 +12,7 @@ from fastapi.testclient import TestClient
 from autosched.finals.ranking import (
     Entrant,
     Interval,
+    contenders,
     enters_final,
     median_interval,
     rank_finalists,
@@ -207,7 +208,7 @@ def test_a_tuning_run_chooses_its_best_by_the_re_timed_median_and_logs_every_sam
 
 
 @pytest.mark.slow  # a matmul of 512^3 untuned (about 0.1 s a call) and three tuned candidates
-def test_a_final_leaves_out_an_untuned_program_it_need_not_time_again(tmp_path: Path) -> None:
+def test_a_final_takes_the_untuned_program_only_where_the_rule_lets_it_in(tmp_path: Path) -> None:
     workload = get_workload("matmul", {"M": 512, "N": 512, "K": 512})
     options = TuneOptions(trials=3, batch_size=3, seed=0, finalists=2, rounds=3)
     measurer = LocalMeasurer(host_target(), MeasureConfig(repeat=2, min_repeat_ms=2))
@@ -217,15 +218,22 @@ def test_a_final_leaves_out_an_untuned_program_it_need_not_time_again(tmp_path: 
         finally:
             measurer.close()
         records = log.records(*_subject(log, workload.key))
-    untuned = next(r.median_secs for r in records if r.trace_json == BASELINE_TRACE)
+    tuned, untuned = contenders(records)
+    assert untuned is not None and len(tuned) == 3
+    # on a quiet machine the untuned program is far slower than the fastest tuned single shot and
+    # stays out; on a busy one the tuned candidates can be slow enough to let it in
+    fastest = tuned[0].median_secs
+    expected = [r for r in tuned[:2] if enters_final(r.median_secs, fastest)]
+    if enters_final(untuned.median_secs, fastest):
+        expected.append(untuned)
     finalists = report.finalists
-    assert untuned is not None and 1 <= len(finalists) <= 2
-    # the precondition: the untuned single shot is far slower than the fastest finalist's
-    assert not enters_final(untuned, finalists[0].first_median_secs)
-    assert all(f.trace_json != BASELINE_TRACE for f in finalists)
-    # the speed-up is then the single shots' (the winner's re-timed median is in its final)
-    assert report.baseline_latency_secs == untuned
-    assert report.best_latency_secs == finalists[0].first_median_secs
+    if len(expected) < 2:  # too few to compare: no final
+        assert finalists == ()
+        return
+    assert {f.program_hash for f in finalists} == {r.program_hash for r in expected}
+    if untuned not in expected:  # the speed-up is then the single shots'
+        assert report.baseline_latency_secs == untuned.median_secs
+        assert report.best_latency_secs == finalists[0].first_median_secs
 
 
 def _subject(log: TuningLog, workload_key: str) -> tuple[int, int]:

@@ -29,6 +29,9 @@ from autosched.measure import sandbox
 
 PG_ADMIN_URL = os.environ.get("AUTOSCHED_TEST_PG", "postgresql+psycopg://root@127.0.0.1:5432/test")
 
+_WORKER_CPUS = os.sched_getaffinity(0)
+"""The CPUs this test process may run on, read before any TVM program ran in it."""
+
 
 def pytest_configure(config: pytest.Config) -> None:
     if not sandbox.current().contained:
@@ -104,6 +107,15 @@ def cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp
         return CliResult(int(exited.value.code or 0), out, err)
 
     return run
+
+
+@pytest.fixture(autouse=True)
+def _on_every_cpu() -> None:
+    """Each test starts on every CPU of this process: TVM's pool pins the thread that ran a
+    parallel program to one CPU, and every process a later test starts from that thread (a
+    tuning, a server, a worker) would inherit the pin and run on one CPU, its TVM pool cut to one
+    thread."""
+    os.sched_setaffinity(0, _WORKER_CPUS)
 
 
 @pytest.fixture(autouse=True)

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import httpx
+import numpy as np
 import psutil
 import pytest
 import tvm
@@ -33,7 +34,7 @@ from autosched.log.jobs import JobStore
 from autosched.records import MeasureResult
 from autosched.search.registry import SearchJob
 from autosched.search.session import SearchSession
-from autosched.target import host_target
+from autosched.target import host_target, parse_target, to_tvm_target
 from autosched.torch_guard import keep_torch_out
 from autosched.workload import Workload
 
@@ -244,6 +245,12 @@ def relax_calls(mod: tvm.IRModule) -> list[relax.Call]:
 def relax_ops(mod: tvm.IRModule) -> list[str]:
     """The names of the operators ``mod``'s ``main`` calls, in post order, ``relax.`` left off."""
     return [call.op.name.removeprefix("relax.") for call in relax_calls(mod)]
+
+
+def run_relax(mod: tvm.IRModule, x: np.ndarray) -> np.ndarray:
+    """``mod``'s ``main`` of one input and one output, compiled for this CPU and run on ``x``."""
+    executable = tvm.compile(mod, target=to_tvm_target(parse_target(None)))
+    return relax.VirtualMachine(executable, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
 
 
 def count_session_starts(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, SearchJob]]:

@@ -5,12 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import tvm
-from helpers import relax_ops
+from helpers import relax_ops, run_relax
 from tvm import relax
 
 from autosched.model.norms import layer_norms_with_their_sums, rms_norms_as_one_operator
 from autosched.model.tasks import fuse
-from autosched.target import parse_target, to_tvm_target
+from autosched.target import parse_target
 
 SHAPE = (1, 6, 16)
 
@@ -39,11 +39,6 @@ def _rms_norm(*, weighted: bool = True, exponent: float = 2.0, rsqrt: bool = Fal
     return builder.get()
 
 
-def _run(mod: tvm.IRModule, x: np.ndarray) -> np.ndarray:
-    executable = tvm.compile(mod, target=to_tvm_target(parse_target(None)))
-    return relax.VirtualMachine(executable, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
-
-
 @pytest.mark.parametrize(
     ("weighted", "rsqrt"), [(True, False), (False, False), (True, True)], ids=str
 )
@@ -55,7 +50,7 @@ def test_an_rms_norm_written_out_is_one_operator_of_the_same_values(
     assert "nn.rms_norm" in relax_ops(rewritten)
     assert not {"power", "mean", "sqrt", "rsqrt"} & set(relax_ops(rewritten))
     x = np.random.default_rng(0).uniform(-3, 3, SHAPE).astype(np.float32)
-    np.testing.assert_allclose(_run(rewritten, x), _run(mod, x), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(run_relax(rewritten, x), run_relax(mod, x), rtol=1e-5, atol=1e-6)
 
 
 def test_it_is_one_kernel_where_fuse_ops_made_two() -> None:
@@ -110,7 +105,7 @@ def test_a_layer_norm_of_a_sum_is_one_kernel_of_the_same_values() -> None:
     rewritten = relax.transform.DeadCodeElimination()(layer_norms_with_their_sums(mod))
     assert len(_kernels(mod)) == 2 and len(_kernels(rewritten)) == 1
     x = np.random.default_rng(0).uniform(-3, 3, SHAPE).astype(np.float32)
-    np.testing.assert_allclose(_run(rewritten, x), _run(mod, x), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(run_relax(rewritten, x), run_relax(mod, x), rtol=1e-5, atol=1e-5)
 
 
 def test_a_residual_a_matmul_takes_as_its_epilogue_stays_there() -> None:

@@ -6,12 +6,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import tvm
-from helpers import relax_calls, relax_ops
+from helpers import relax_calls, relax_ops, run_relax
 from tvm import relax
 
 from autosched.model.padding import COLUMN_MULTIPLE, MIN_COLUMNS, matmul_columns_padded
 from autosched.model.tasks import fuse
-from autosched.target import parse_target, to_tvm_target
+from autosched.target import parse_target
 
 TOKENS, FEATURES = 4, 16
 
@@ -32,11 +32,6 @@ def _head(columns: int) -> tvm.IRModule:
     return builder.get()
 
 
-def _run(mod: tvm.IRModule, x: np.ndarray) -> np.ndarray:
-    executable = tvm.compile(mod, target=to_tvm_target(parse_target(None)))
-    return relax.VirtualMachine(executable, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
-
-
 def test_a_head_of_indivisible_columns_multiplies_padded_columns_and_slices_them_off() -> None:
     columns = MIN_COLUMNS + 5  # as GPT-2's 50,257: no multiple of a vector's lanes
     mod = _head(columns)
@@ -48,9 +43,9 @@ def test_a_head_of_indivisible_columns_multiplies_padded_columns_and_slices_them
     assert weight.shape == (FEATURES, MIN_COLUMNS + COLUMN_MULTIPLE)
     assert not weight[:, :pad].any()  # zero columns in front
     x = np.random.default_rng(1).uniform(-1, 1, (1, TOKENS, FEATURES)).astype(np.float32)
-    got = _run(padded, x)
+    got = run_relax(padded, x)
     assert got.shape == (1, TOKENS, columns)
-    np.testing.assert_allclose(got, _run(mod, x), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(got, run_relax(mod, x), rtol=1e-5, atol=1e-5)
 
 
 def test_the_slice_stays_out_of_the_padded_matmuls_kernel() -> None:

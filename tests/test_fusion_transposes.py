@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 import tvm
-from helpers import relax_ops
+from helpers import relax_ops, run_relax
 from tvm import relax
 
 from autosched.model.prepare import for_inference
 from autosched.model.tasks import fuse
 from autosched.model.transposes import unit_transposes_as_reshapes
-from autosched.target import parse_target, to_tvm_target
+from autosched.target import parse_target
 
 TOKENS, FEATURES = 8, 16
 
@@ -37,17 +37,12 @@ def _multihead_projection() -> tvm.IRModule:
     return builder.get()
 
 
-def _run(mod: tvm.IRModule, x: np.ndarray) -> np.ndarray:
-    executable = tvm.compile(mod, target=to_tvm_target(parse_target(None)))
-    return relax.VirtualMachine(executable, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
-
-
 def test_a_transpose_of_a_unit_axis_is_a_reshape_of_the_same_values() -> None:
     mod = _multihead_projection()
     rewritten = unit_transposes_as_reshapes(mod)
     assert "permute_dims" not in relax_ops(rewritten)
     x = np.random.default_rng(1).uniform(-1, 1, (1, TOKENS, FEATURES)).astype(np.float32)
-    np.testing.assert_array_equal(_run(rewritten, x), _run(mod, x))
+    np.testing.assert_array_equal(run_relax(rewritten, x), run_relax(mod, x))
 
 
 def test_the_residual_add_then_fuses_into_the_projection() -> None:

@@ -130,6 +130,30 @@ def write_gelu_softmax_pt2(path: Path) -> Path:
     return path
 
 
+def write_excited_conv_pt2(path: Path) -> Path:
+    """EfficientNet's motif on 1x16x12x12, as torch.export saves it: a convolution and its SiLU,
+    then a squeeze-and-excite gate (mean over the pixels, 1x1 convolution, SiLU, 1x1 convolution,
+    sigmoid) that scales the channels."""
+    import torch
+
+    class Block(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = torch.nn.Conv2d(16, 16, 3, padding=1)
+            self.squeeze = torch.nn.Conv2d(16, 4, 1)
+            self.excite = torch.nn.Conv2d(4, 16, 1)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            y = torch.nn.functional.silu(self.conv(x))
+            gate = torch.nn.functional.silu(self.squeeze(y.mean((2, 3), keepdim=True)))
+            return y * torch.sigmoid(self.excite(gate))
+
+    torch.manual_seed(0)
+    program = torch.export.export(Block().eval(), (torch.randn(1, 16, 12, 12) * 4,))
+    torch.export.save(program, str(path))
+    return path
+
+
 def write_token_block_pt2(path: Path) -> Path:
     """A miniature Transformer block on tokens 1x8x32, as torch.export saves it: two-head
     attention (scores scaled by 1/4, softmax) with its output projection added back to the

@@ -13,6 +13,7 @@ from helpers import Cli
 from model_files import (
     RELAX_MODEL,
     write_conv_block_pt2,
+    write_excited_conv_pt2,
     write_gelu_softmax_pt2,
     write_mlp_onnx,
     write_onnx_with,
@@ -160,6 +161,19 @@ def test_gelus_and_softmaxes_take_the_fast_approximations_and_match_pytorch(
     # libm's scalar erff, tanhf and expf are gone: each GELU and the softmax take TVM's fast forms
     assert "fast_erf" in names and "fast_tanh" in names and "fast_softmax" in names, names
     assert all(task.workload is not None for task in tasks), [task.problem for task in tasks]
+    _assert_untuned_matches_pytorch(model, target)
+
+
+def test_sigmoids_and_silus_take_the_fast_exponential_and_match_pytorch(tmp_path: Path) -> None:
+    target = parse_target(None)
+    model = load_model(write_excited_conv_pt2(tmp_path / "excited.pt2"))
+    tasks = extract_tasks(model, target)
+    names = " ".join(task.name for task in tasks)
+    # each sigmoid (the SiLUs' and the gate's) as 1 / (1 + exp(-x)) with TVM's fast exponential,
+    # where LLVM would expand it with libm's scalar expf
+    assert "sigmoid" not in names and "fast_exp" in names, names
+    convs = [task.name for task in tasks if "conv2d" in task.name]
+    assert len(convs) == 3 and all("fast_exp" in name for name in convs), convs  # epilogues
     _assert_untuned_matches_pytorch(model, target)
 
 

@@ -28,9 +28,10 @@ rewrites defined here, each a pass over the module's Relax functions.
   they lie; each RMS norm written out as its arithmetic as ``R.nn.rms_norm``, and each layer
   norm of a sum that no matmul's epilogue takes with its sum, one kernel where ``FuseOps`` made
   two.
-- `gelus_written_out`, then ``FastMathTransform``: exponentials, error functions and tangents
-  (GELUs and softmaxes included) take TVM's fast float32 forms, polynomials that vectorize, where
-  LLVM would call libm's scalar ``expf`` or ``erff`` once per element.
+- `activations_written_out`, then ``FastMathTransform``: exponentials, error functions and
+  tangents (GELUs, sigmoids, SiLUs and softmaxes included) take TVM's fast float32 forms,
+  polynomials that vectorize, where LLVM would call libm's scalar ``expf`` or ``erff`` once per
+  element.
 
 Every rewrite computes the same values as what it replaces (the fast forms to float32 accuracy);
 a compiled model is checked against its framework's outputs all the same.
@@ -83,7 +84,7 @@ def for_inference() -> tvm.transform.Pass:
             rms_norms_as_one_operator,
             layer_norms_with_their_sums,
             relax.transform.DeadCodeElimination(),
-            gelus_written_out,
+            activations_written_out,
             relax.transform.FastMathTransform(),
         ],
         name="ForInference",
@@ -264,33 +265,42 @@ def axes_counted_from_the_front(
     return rewrite_calls(mod, pattern, counted)
 
 
-@tvm.transform.module_pass(opt_level=0, name="GelusWrittenOut")
-def gelus_written_out(mod: tvm.IRModule, _context: tvm.transform.PassContext) -> tvm.IRModule:
+@tvm.transform.module_pass(opt_level=0, name="ActivationsWrittenOut")
+def activations_written_out(mod: tvm.IRModule, _context: tvm.transform.PassContext) -> tvm.IRModule:
     """Every ``R.nn.gelu`` as the formula it is legalized to, ``x * (1/2 + erf(x / sqrt(2)) / 2)``,
-    and every ``R.nn.gelu_tanh`` as its own: the same values, from operators whose error function
-    and tangent the fast-math pass then replaces."""
+    every ``R.nn.gelu_tanh`` as its own, and every ``R.sigmoid`` (a SiLU's, a squeeze-and-excite
+    gate's) as ``1 / (1 + exp(-x))``, the formula LLVM's code generator expands it to: the same
+    values, from operators whose error function, tangent and exponential the fast-math pass then
+    replaces."""
 
     mul, add = relax.op.multiply, relax.op.add
 
-    def erf_gelu(x: relax.Expr, half: relax.Expr) -> relax.Expr:
-        scaled = mul(x, relax.const(0.5**0.5, str(x.ty.dtype)))
-        return mul(x, add(half, mul(relax.op.erf(scaled), half)))
+    def const(value: float, like: relax.Expr) -> relax.Expr:
+        return relax.const(value, str(like.ty.dtype))
 
-    def tanh_gelu(x: relax.Expr, half: relax.Expr) -> relax.Expr:
-        dtype = str(x.ty.dtype)
+    def erf_gelu(x: relax.Expr) -> relax.Expr:
+        half = const(0.5, x)
+        return mul(x, add(half, mul(relax.op.erf(mul(x, const(0.5**0.5, x))), half)))
+
+    def tanh_gelu(x: relax.Expr) -> relax.Expr:
         cube = mul(mul(x, x), x)
-        inner = mul(
-            relax.const(math.sqrt(2.0 / math.pi), dtype),
-            add(x, mul(relax.const(0.044715, dtype), cube)),
-        )
-        return mul(mul(half, x), add(relax.const(1.0, dtype), relax.op.tanh(inner)))
+        inner = mul(const(math.sqrt(2.0 / math.pi), x), add(x, mul(const(0.044715, x), cube)))
+        return mul(mul(const(0.5, x), x), add(const(1.0, x), relax.op.tanh(inner)))
 
-    formulas = {"relax.nn.gelu": erf_gelu, "relax.nn.gelu_tanh": tanh_gelu}
-    pattern = is_op("relax.nn.gelu")(wildcard()) | is_op("relax.nn.gelu_tanh")(wildcard())
+    def sigmoid(x: relax.Expr) -> relax.Expr:
+        one = const(1.0, x)
+        return relax.op.divide(one, add(one, relax.op.exp(relax.op.negative(x))))
+
+    formulas = {
+        "relax.nn.gelu": erf_gelu,
+        "relax.nn.gelu_tanh": tanh_gelu,
+        "relax.sigmoid": sigmoid,
+    }
+    pattern = functools.reduce(operator.or_, (is_op(name)(wildcard()) for name in formulas))
 
     def written_out(call: relax.Call, _matches: object) -> relax.Expr:
         (x,) = call.args
-        return formulas[call.op.name](x, relax.const(0.5, str(x.ty.dtype)))
+        return formulas[call.op.name](x)
 
     return rewrite_calls(mod, pattern, written_out)
 

@@ -149,6 +149,17 @@ def test_a_row_masked_out_weighs_nothing_as_the_guard_says(guard: str) -> None:
     np.testing.assert_allclose(computed, expected, rtol=1e-5, atol=1e-6)
 
 
+def test_each_exponential_is_computed_once_and_rows_normalised_after_the_weighted_sum() -> None:
+    kernel = _prepared(_self_attention(mask=_causal_mask()))["attention"]
+    script = kernel.script()
+    # one fast exponential (2^n built by reinterpreting its exponent bits) in the whole kernel,
+    # and one division by the row's sum per result, where the weights were divided before
+    assert script.count("T.reinterpret") == 1, script
+    assert [
+        block for block in ("score_exp", "weighted_sum", "context") if block not in script
+    ] == []
+
+
 def test_a_softmax_over_another_axis_or_probabilities_used_elsewhere_stay_as_they_are() -> None:
     for mod in (_self_attention(axis=2), _self_attention(probabilities_out=True)):
         tvm.ir.assert_structural_equal(attention_kernels(mod), mod)

@@ -15,16 +15,18 @@ multiplication by a constant number on the way (the query and the keys each scal
 back) becomes the layout the kernel writes; the reshape after it is then a view.
 
 The kernel's stages are blocks MetaSchedule's rules understand: the scores (a batch matmul its
-multi-level tiling tiles), each row's maximum and the sum of its exponentials (reductions the
-search computes under the loops of the weighted sum, one row at a time), the weights, and the
-weighted sum of the values (tiled). The scores themselves stay a scratch buffer of the kernel
-(TVM compacts it to what one iteration of the loops it is computed under touches): MetaSchedule
-never moves a tiled block under another's loops. Exponentials take TVM's fast float32 form
+multi-level tiling tiles), each row's maximum (a reduction), each score's exponential less the
+row's maximum, computed once, their sum over the row, the weighted sum of the values by those
+exponentials (tiled), and the result, that sum divided by the row's (an epilogue): the
+softmax's normalisation is applied to the ``width`` results of a row, not to its ``keys``
+weights. The scores and their exponentials stay scratch buffers of the kernel (TVM compacts
+each to what one iteration of the loops it is computed under touches): MetaSchedule never moves
+a tiled block under another's loops. Exponentials take TVM's fast float32 form
 (``topi.fast_exp``, as ``FastMathTransform`` gives the rest of the model); one below float32's
 range is zero, as the exact softmax's is, a select that also keeps MetaSchedule's inlining from
-moving the weights into the weighted sum, where each would be recomputed once per product.
-PyTorch's guard after the softmax, ``where(isnan(p), 0, p)`` (a row all masked out weighs
-nothing), is computed on each weight.
+moving the exponentials into their two readers, where each would be computed again. PyTorch's
+guard after the softmax, ``where(isnan(p), 0, p)`` (a row all masked out weighs nothing), is
+computed on each row's sum: a NaN weight makes its whole row's weights NaN.
 
 Nothing else is matched: every intermediate result of the chain must be used by the next step
 alone, the operands float32 tensors of static shape, the softmax over the last axis.
@@ -205,38 +207,51 @@ def attention_te(sources: Sequence[te.Tensor], attention: Attention) -> te.Tenso
         lambda *ix: te.max(logit((*ix, j)), axis=j),
         name="score_max",
     )
+    exps = te.compute(
+        (*batch, attention.queries, count),
+        lambda *ix: exp(logit(ix) - row_max[ix[:-1]]),
+        name="score_exp",
+    )
     k = te.reduce_axis((0, count), name="k")
     row_sum = te.compute(
         (*batch, attention.queries),
-        lambda *ix: te.sum(exp(logit((*ix, k)) - row_max[ix]), axis=k),
+        lambda *ix: te.sum(exps[(*ix, k)], axis=k),
         name="score_sum",
     )
 
+    def unpermuted(ix: Sequence[tirx.Expr]) -> list[tirx.Expr]:
+        """The index ``(*batch, query, column)`` of the result's element ``ix``."""
+        index = list(ix)
+        if attention.axes is not None:
+            for position, axis in enumerate(attention.axes):
+                index[axis] = ix[position]
+        return index
+
+    n = te.reduce_axis((0, count), name="n")
+
     def weigh(*ix: tirx.Expr) -> tirx.Expr:
-        row = ix[:-1]
-        share = tirx.const(attention.values.scale, dtype) / row_sum[row]
-        weight = exp(logit(ix) - row_max[row]) * share
+        *row, column = unpermuted(ix)
+        return te.sum(
+            exps[(*row, n)] * read(values, attention.values, (*row[:-1], n, column)), axis=n
+        )
+
+    weighted = te.compute(attention.shape, weigh, name="weighted_sum")
+
+    def context(*ix: tirx.Expr) -> tirx.Expr:
+        row = unpermuted(ix)[:-1]
+        total = row_sum[tuple(row)]
+        value = weighted[ix] * (tirx.const(attention.values.scale, dtype) / total)
         zero = tirx.const(0.0, dtype)
         if attention.guard == "nan":
-            weight = tirx.Select(tirx.isnan(weight), zero, weight)
+            # NaN weights come from a NaN logit or a row of minus infinities; each makes every
+            # weight of its row NaN (the sum is NaN, or 0 and its share infinite), so every
+            # weight of the row is zeroed
+            value = tirx.Select(tirx.isnan(total) | (total == zero), zero, value)
         elif attention.guard == "rows":
             # a row's exponentials sum to 0 where all its logits are minus infinity (the max
             # of a row of at least one other logit weighs 1)
-            weight = tirx.Select(row_sum[row] == zero, zero, weight)
-        return weight
-
-    weight = te.compute((*batch, attention.queries, count), weigh, name="weight")
-    n = te.reduce_axis((0, count), name="n")
-
-    def context(*ix: tirx.Expr) -> tirx.Expr:
-        unpermuted = list(ix)
-        if attention.axes is not None:
-            for position, axis in enumerate(attention.axes):
-                unpermuted[axis] = ix[position]
-        *row, column = unpermuted
-        return te.sum(
-            weight[(*row, n)] * read(values, attention.values, (*row[:-1], n, column)), axis=n
-        )
+            value = tirx.Select(total == zero, zero, value)
+        return value
 
     return te.compute(attention.shape, context, name="context")
 

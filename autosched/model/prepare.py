@@ -16,9 +16,10 @@ rewrites defined here, each a pass over the module's Relax functions.
 - ``FoldConstant``, then `parallel_matmuls_combined` (``autosched.model.parallel``): linear layers
   that read the same input (a transformer's query, key and value projections) become one matmul
   by their weights side by side, whose columns they take.
-- `matmul_columns_padded` (``autosched.model.padding``): a matmul by a constant weight whose many
-  columns no vector can tile (GPT-2's 50,257) computes them with zero columns in front up to a
-  multiple of 64, and slices the output past them.
+- `matmuls_padded` (``autosched.model.padding``): a matmul by a constant weight whose many
+  columns no vector can tile (GPT-2's 50,257), or whose input's rows no register tile can
+  split (ViT's 197 tokens), computes them with zero columns or rows in front up to a multiple
+  of 64 or 8, and slices the output past them.
 - `clips_as_bounds` and `axes_counted_from_the_front`, then ``ConvertLayout`` to `CONV_LAYOUTS`:
   convolutions run channels-last, each ReLU6 fused into the convolution before it.
 - `attention_kernels` (``autosched.model.attention``), `rms_norms_as_one_operator` and
@@ -50,7 +51,7 @@ from tvm.relax.dpl import is_op, rewrite_call, wildcard
 
 from autosched.model.attention import attention_kernels
 from autosched.model.norms import layer_norms_with_their_sums, rms_norms_as_one_operator
-from autosched.model.padding import matmul_columns_padded
+from autosched.model.padding import matmuls_padded
 from autosched.model.parallel import parallel_matmuls_combined
 from autosched.model.relax_ir import each_function, rewrite_calls, static_shape
 from autosched.model.transposes import unit_transposes_as_reshapes
@@ -76,7 +77,7 @@ def for_inference() -> tvm.transform.Pass:
             relax.transform.DeadCodeElimination(),
             relax.transform.FoldConstant(),
             parallel_matmuls_combined,
-            matmul_columns_padded,
+            matmuls_padded,
             clips_as_bounds,
             axes_counted_from_the_front,
             relax.transform.ConvertLayout(CONV_LAYOUTS),

@@ -18,7 +18,12 @@ many times, so that a slow spell of the host falls on both.
 
 Per build and function the VM calls (the kernels, and its builtins: allocations, reshapes): calls
 per run, median microseconds per run inside the model (all its calls; the median over the rounds
-of each round's median), the tuning's best latency times the calls, and their ratio. The
+of each round's median), the tuning's best latency times the calls, and their ratio; for each of
+the model's kernels, its GFLOP/s in the model (TVM's count of its arithmetic) and the roofline's
+least time for its calls (its arithmetic at the calibrated peak, or its operands and results
+moved once at the calibrated bandwidth, whichever is longer; ``autosched calibrate`` first)
+as a share of its time in the model: the kernels far below the roofline are what holds the
+model back. The
 instrument's own cost (a Python call before and after each kernel) falls between the calls, so it
 inflates the model's instrumented time, not the kernels'.
 """
@@ -27,24 +32,27 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import tempfile
 import time
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
 import tvm
 from tvm import relax
+from tvm.s_tir.analysis import estimate_tir_flops
 
 from autosched.bench.model_zoo import MODELS
 from autosched.bench.models import MODEL_REPEATS, cpu_name, vm_inference
 from autosched.bench.timing import time_repeats, use_threads
 from autosched.log import TuningLog
+from autosched.machine.roofline import Calibration, load_calibration
 from autosched.model.compile import best_schedules, compile_model, random_model_inputs
 from autosched.model.load import load_model
-from autosched.model.tasks import extract_tasks
+from autosched.model.tasks import ModelTask, extract_tasks
 from autosched.target import host_target
 
 
@@ -84,14 +92,35 @@ def kernel_times(
     return per_run, dict(calls), walls
 
 
+@dataclass(frozen=True)
+class Work:
+    """What one call of a kernel must do: its arithmetic (FLOPs, as TVM counts them) and the
+    bytes of its operands and results."""
+
+    flops: float
+    bytes: float
+
+    @staticmethod
+    def of(task: ModelTask) -> Work | None:
+        if task.workload is None:
+            return None
+        func = task.workload.func
+        moved = sum(
+            math.prod(int(extent) for extent in buffer.shape) * tvm.DataType(buffer.dtype).bits / 8
+            for buffer in func.buffer_map.values()
+        )
+        return Work(estimate_tir_flops(tvm.IRModule({"main": func})), moved)
+
+
 @dataclass
 class Build:
-    """A compiled model to profile: its name, what the VM runs, and per task its tuned latency
-    (none for a build whose log is not ours)."""
+    """A compiled model to profile: its name, what the VM runs, per task its tuned latency and
+    its work (none for a build whose log is not ours)."""
 
     name: str
     executable: relax.VMExecutable | tvm.runtime.Module
     tuned: dict[str, float] = field(default_factory=dict)
+    work: dict[str, Work] = field(default_factory=dict)
     model_secs: list[float] = field(default_factory=list)
     walls: list[float] = field(default_factory=list)
     kernels: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
@@ -107,20 +136,28 @@ class Build:
         for symbol, samples in per_run.items():
             self.kernels[symbol].append(statistics.median(samples))
 
-    def summary(self) -> dict:
+    def summary(self, calibration: Calibration | None) -> dict:
         rows = []
         for symbol, medians in self.kernels.items():
             # a kernel that packs a weight is built under its task's name with this suffix
             best = self.tuned.get(symbol.removesuffix("_prepacked"))
+            work = self.work.get(symbol.removesuffix("_prepacked"))
             calls = self.calls.get(symbol, 0)
-            rows.append(
-                {
-                    "function": symbol,
-                    "calls": calls,
-                    "in_model_us": statistics.median(medians) * 1e6,
-                    "tuned_us": None if best is None else best * calls * 1e6,
-                }
-            )
+            in_model_secs = statistics.median(medians)
+            row = {
+                "function": symbol,
+                "calls": calls,
+                "in_model_us": in_model_secs * 1e6,
+                "tuned_us": None if best is None else best * calls * 1e6,
+                "gflops": None,
+                "of_roofline": None,
+            }
+            if work is not None and in_model_secs > 0:
+                row["gflops"] = work.flops * calls / in_model_secs * 1e-9
+                if calibration is not None:
+                    bound = calibration.bound_secs(work.flops, work.bytes) * calls
+                    row["of_roofline"] = bound / in_model_secs
+            rows.append(row)
         rows.sort(key=lambda row: -row["in_model_us"])
         return {
             "build": self.name,
@@ -153,7 +190,8 @@ def _ours(model_name: str, db: str, target: dict) -> tuple[Build, list]:
         for schedule in schedules
         if schedule.record is not None and schedule.record.median_secs is not None
     }
-    build = Build("autosched", compile_model(model, schedules, target), tuned)
+    work = {task.name: known for task in tasks if (known := Work.of(task)) is not None}
+    build = Build("autosched", compile_model(model, schedules, target), tuned, work)
     return build, random_model_inputs(model.inputs)
 
 
@@ -169,14 +207,19 @@ def _print(cpu: str, model: str, summary: dict) -> None:
         f"{rounds}; instrumented {summary['instrumented_us']:.0f}), its kernels "
         f"{summary['kernels_us']:.0f} us in the model, {summary['tuned_us']:.0f} us as tuned"
     )
-    print(f"{'function':<64} {'calls':>5} {'in model us':>11} {'tuned us':>9} {'ratio':>6}")
+    print(
+        f"{'function':<64} {'calls':>5} {'in model us':>11} {'tuned us':>9} {'ratio':>6}"
+        f" {'GFLOP/s':>8} {'roofline':>8}"
+    )
     for row in summary["kernels"]:
         tuned_us = row["tuned_us"]
         ratio = "" if not tuned_us else f"{row['in_model_us'] / tuned_us:.2f}"
         tuned_text = "" if tuned_us is None else f"{tuned_us:.0f}"
+        gflops = "" if row["gflops"] is None else f"{row['gflops']:.1f}"
+        share = "" if row["of_roofline"] is None else f"{row['of_roofline']:.0%}"
         print(
             f"{row['function'][:64]:<64} {row['calls']:>5} {row['in_model_us']:>11.0f}"
-            f" {tuned_text:>9} {ratio:>6}"
+            f" {tuned_text:>9} {ratio:>6} {gflops:>8} {share:>8}"
         )
 
 
@@ -204,11 +247,21 @@ def main() -> None:
     for _ in range(args.rounds):
         for build in builds:
             build.profile(inputs, args.runs)
-    summaries = [build.summary() for build in builds]
+    calibration = load_calibration(target)
+    summaries = [build.summary(calibration) for build in builds]
     cpu = cpu_name(target)
+    roofline = None if calibration is None else asdict(calibration)
     if args.json:
-        print(json.dumps({"cpu": cpu, "model": args.model, "builds": summaries}, indent=2))
+        document = {"cpu": cpu, "model": args.model, "roofline": roofline, "builds": summaries}
+        print(json.dumps(document, indent=2))
         return
+    if calibration is None:
+        print("no calibration of this machine (autosched calibrate): no roofline column")
+    else:
+        print(
+            f"roofline: {calibration.peak_gflops:.1f} GFLOP/s, {calibration.bandwidth_gbs:.1f} GB/s"
+            f" (calibrated {calibration.measured_at})"
+        )
     for summary in summaries:
         _print(cpu, args.model, summary)
 

@@ -106,8 +106,8 @@ class Work:
             return None
         func = task.workload.func
         moved = sum(
-            math.prod(int(extent) for extent in buffer.shape) * tvm.DataType(buffer.dtype).bits / 8
-            for buffer in func.buffer_map.values()
+            math.prod(int(extent) for extent in param.shape) * tvm.DataType(param.dtype).bits / 8
+            for param in func.params
         )
         return Work(estimate_tir_flops(tvm.IRModule({"main": func})), moved)
 

@@ -95,22 +95,3 @@ def test_indivisible_tokens_are_multiplied_with_zero_rows_in_front_and_sliced_of
 def test_divisible_or_few_tokens_are_left_as_they_are(tokens: int) -> None:
     mod = _head(64, tokens)
     tvm.ir.assert_structural_equal(matmuls_padded(mod), mod)
-
-
-def test_tokens_on_the_batch_axis_are_padded_there() -> None:
-    # nn.MultiheadAttention's projection: (tokens, 1, features), the tokens on the batch axis
-    tokens = MIN_ROWS + 5
-    rng = np.random.default_rng(0)
-    weight = relax.const(rng.uniform(-1, 1, (FEATURES, 64)).astype(np.float32))
-    builder = relax.BlockBuilder()
-    x = relax.Var("x", relax.TensorType((tokens, 1, FEATURES), "float32"))
-    with builder.function("main", [x]):
-        with builder.dataflow():
-            output = builder.emit_output(relax.op.matmul(x, weight))
-        builder.emit_func_output(output)
-    mod = builder.get()
-    padded = matmuls_padded(mod)
-    (matmul,) = [call for call in relax_calls(padded) if call.op.name == "relax.matmul"]
-    assert static_shape(matmul) == (MIN_ROWS + ROW_MULTIPLE, 1, 64)
-    data = rng.uniform(-1, 1, (tokens, 1, FEATURES)).astype(np.float32)
-    np.testing.assert_allclose(run_relax(padded, data), run_relax(mod, data), rtol=1e-5, atol=1e-5)

@@ -55,10 +55,9 @@ def _pad(extent: int, multiple: int, least: int) -> int:
 @tvm.transform.module_pass(opt_level=0, name="MatmulsPadded")
 def matmuls_padded(mod: tvm.IRModule, _context: tvm.transform.PassContext) -> tvm.IRModule:
     """Every ``matmul(x, W)`` of a 2-d float32 constant ``W``, whose columns (at least
-    `MIN_COLUMNS`) are not a multiple of `COLUMN_MULTIPLE` or whose input's rows (its longest
-    axis but the last, at least `MIN_ROWS`) are not a multiple of `ROW_MULTIPLE`, as the matmul
-    of both with zero rows and columns in front up to the next multiples, the output sliced past
-    them."""
+    `MIN_COLUMNS`) are not a multiple of `COLUMN_MULTIPLE` or whose input's rows (at least
+    `MIN_ROWS`) are not a multiple of `ROW_MULTIPLE`, as the matmul of both with zero rows and
+    columns in front up to the next multiples, the output sliced past them."""
 
     def padded(call: relax.Call, _matches: object) -> relax.Expr:
         data, weight = call.args
@@ -68,24 +67,21 @@ def matmuls_padded(mod: tvm.IRModule, _context: tvm.transform.PassContext) -> tv
         values = weight.value.numpy()
         if values.dtype != np.float32:
             return call
-        # the rows: the longest axis of the input but its last (the tokens may lie on a batch
-        # axis, as nn.MultiheadAttention's (197, 1, 768))
-        row_axis = max(range(len(data_shape) - 1), key=lambda axis: data_shape[axis])
-        rows, columns = data_shape[row_axis], shape[1]
+        rows, columns = data_shape[-2], shape[1]
         row_pad = _pad(rows, ROW_MULTIPLE, MIN_ROWS)
         column_pad = _pad(columns, COLUMN_MULTIPLE, MIN_COLUMNS)
         if not row_pad and not column_pad:
             return call
         if row_pad:
             widths = [0] * (2 * len(data_shape))
-            widths[2 * row_axis] = row_pad
+            widths[2 * (len(data_shape) - 2)] = row_pad
             data = relax.op.nn.pad(data, widths)
         if column_pad:
             weight = relax.const(np.pad(values, ((0, 0), (column_pad, 0))))
         product = relax.op.matmul(data, weight, out_dtype=call.attrs.out_dtype)
-        axes, begin, end = [], [], []
         last = len(data_shape) - 1
-        for axis, pad, extent in ((row_axis, row_pad, rows), (last, column_pad, columns)):
+        axes, begin, end = [], [], []
+        for axis, pad, extent in ((last - 1, row_pad, rows), (last, column_pad, columns)):
             if pad:
                 axes.append(axis)
                 begin.append(pad)

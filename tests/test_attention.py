@@ -152,8 +152,8 @@ def test_a_row_masked_out_weighs_nothing_as_the_guard_says(guard: str) -> None:
 def test_each_exponential_is_computed_once_and_rows_normalised_after_the_weighted_sum() -> None:
     kernel = _prepared(_self_attention(mask=_causal_mask()))["attention"]
     script = kernel.script()
-    # one fast exponential (2^n built by reinterpreting its exponent bits) in the whole kernel,
-    # and one division by the row's sum per result, where the weights were divided before
+    # one fast exponential (2^n built by reinterpreting its exponent bits) in the whole kernel;
+    # the exponentials a stage of their own, weighted into a sum that the result divides
     assert script.count("T.reinterpret") == 1, script
     assert [
         block for block in ("score_exp", "weighted_sum", "context") if block not in script

@@ -79,21 +79,26 @@ def test_rounds_timed_near_and_far_are_read_apart() -> None:
     ours = Latency(Contender.AUTOSCHED, Timing((0.010, 0.030, 0.012, 0.011, 0.028)))
     theirs = Latency(Contender.ONNXRUNTIME, Timing((0.015, 0.020, 0.016, 0.014, 0.021)))
     untimed = Latency(Contender.TORCH_COMPILE, None, "left out")
+    far_slower = Latency(Contender.TVM_UNTUNED, Timing((0.5, 0.9, 0.7)))  # the first 3 rounds
     row = ModelRow(
-        "resnet18", "", "cpu", 2, 8, 8, 1, (ours, theirs, untimed), 1.0, None, 0.0, 1.0,
-        None, None, placements=(near, far, near, near, far),
+        "resnet18", "", "cpu", 2, 8, 8, 1, (ours, theirs, untimed, far_slower), 1.0, None, 0.0,
+        1.0, None, None, placements=(near, far, near, near, far),
     )  # fmt: skip
     (near_rounds, far_rounds) = row.by_placement()
     assert (near_rounds.far, near_rounds.rounds, far_rounds.far, far_rounds.rounds) == (
         False, 3, True, 2,
     )  # fmt: skip
     assert near_rounds.median_us == {
-        Contender.AUTOSCHED: pytest.approx(11000), Contender.ONNXRUNTIME: pytest.approx(15000)
+        Contender.AUTOSCHED: pytest.approx(11000), Contender.ONNXRUNTIME: pytest.approx(15000),
+        Contender.TVM_UNTUNED: pytest.approx(600000),
     }  # fmt: skip
+    assert far_rounds.median_us[Contender.TVM_UNTUNED] == pytest.approx(900000)
     assert far_rounds.speedup_over(Contender.ONNXRUNTIME) == pytest.approx(20.5 / 29)
     assert far_rounds.speedup_over(Contender.TORCH_COMPILE) is None
     document = row.as_json()["by_placement"]
-    assert document["near"]["autosched_speedup"] == {"onnxruntime": pytest.approx(15 / 11)}
+    assert document["near"]["autosched_speedup"] == {
+        "onnxruntime": pytest.approx(15 / 11), "tvm_untuned": pytest.approx(600 / 11)
+    }  # fmt: skip
     assert document["far"]["median_us"]["autosched"] == pytest.approx(29000)
     always_far = ModelRow(**{**row.__dict__, "placements": (far,) * 5})
     assert always_far.by_placement() == []

@@ -11,6 +11,7 @@ from itertools import pairwise
 
 import pytest
 
+from autosched.bench import timing as bench_timing
 from autosched.bench.timing import SETTLE_SECS, time_side_by_side, use_threads
 
 
@@ -54,6 +55,22 @@ def test_a_slowdown_in_the_middle_of_the_run_falls_on_every_contender() -> None:
     for timing in timings.values():
         assert timing.samples[0] < 0.04 and timing.samples[1] < 0.04
         assert min(timing.samples[2:]) > 0.05
+
+
+def test_a_contender_far_slower_than_the_rest_takes_the_first_rounds_only(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """TVM's untuned model beside tuned ones: more rounds of it would not move it nearer."""
+    monkeypatch.setattr(bench_timing, "FAR_SLOWER_CALL_SECS", 0.1)
+    clock = _Clock()
+    calls = {"tuned": clock.call("tuned", 0.01), "untuned": clock.call("untuned", 0.15)}
+    timings, probed = time_side_by_side(calls, rounds=5, between=lambda: 0.0)
+    assert {name: t.repeats for name, t in timings.items()} == {"tuned": 5, "untuned": 3}
+    assert len(probed) == 5
+    # no longer far slower than the tuned one: every round
+    calls = {"tuned": clock.call("tuned", 0.02), "untuned": clock.call("untuned", 0.15)}
+    timings, _ = time_side_by_side(calls, rounds=4)
+    assert {name: t.repeats for name, t in timings.items()} == {"tuned": 4, "untuned": 4}
 
 
 def test_every_repeat_and_probe_starts_after_the_last_ones_threads_have_settled() -> None:

@@ -201,11 +201,11 @@ class ModelRow:
         readings = []
         for far in (False, True):
             rounds = [index for index, is_far in enumerate(far_rounds) if is_far == far]
-            medians = {
-                lat.contender: statistics.median(lat.timing.samples[i] for i in rounds) * 1e6
-                for lat in self.latencies
-                if lat.timing is not None
-            }
+            medians: dict[Contender, float] = {}
+            for lat in self.latencies:  # a far slower contender has the first rounds only
+                samples = [] if lat.timing is None else lat.timing.samples
+                if taken := [samples[i] for i in rounds if i < len(samples)]:
+                    medians[lat.contender] = statistics.median(taken) * 1e6
             readings.append(PlacementMedians(far, len(rounds), medians))
         return readings
 

@@ -12,6 +12,8 @@ import tvm
 from helpers import relax_calls
 from model_files import write_token_block_pt2
 from tvm import relax
+from tvm.s_tir.meta_schedule import ScheduleRule
+from tvm.s_tir.meta_schedule.schedule_rule import AutoInline
 
 from autosched.admission import program_json
 from autosched.model.attention import attention_kernels
@@ -52,12 +54,13 @@ def _prepared(mod: tvm.IRModule) -> tvm.IRModule:
 
 def _self_attention(
     *,
+    tokens: int = TOKENS,
     mask: np.ndarray | None = None,
     guard: str | None = "nan",
     axis: int = -1,
     probabilities_out: bool = False,
 ) -> tvm.IRModule:
-    """PyTorch's export of self-attention on a combined projection ``(1, TOKENS, 3 * WIDTH)``:
+    """PyTorch's export of self-attention on a combined projection ``(1, tokens, 3 * WIDTH)``:
     the query, keys and values sliced out and split into heads, the query and keys each
     scaled by ``DEPTH ** -0.25``, the mask added, the softmax (over ``axis``) with its guard
     (``"nan"``: ONNX exports' ``where(isnan(p), 0, p)``, ``"rows"``: torch.export's
@@ -65,7 +68,7 @@ def _self_attention(
     and the heads merged back. With ``probabilities_out`` the softmax is an output of the
     function too."""
     builder = relax.BlockBuilder()
-    qkv = relax.Var("qkv", relax.TensorType((1, TOKENS, 3 * WIDTH), "float32"))
+    qkv = relax.Var("qkv", relax.TensorType((1, tokens, 3 * WIDTH), "float32"))
     quarter = relax.const(np.float32(DEPTH**-0.25))
     with builder.function("main", [qkv]):
         with builder.dataflow():
@@ -77,7 +80,7 @@ def _self_attention(
                         qkv, axes=[2], begin=[part * WIDTH], end=[(part + 1) * WIDTH]
                     )
                 )
-                split = emit(relax.op.reshape(sliced, (1, TOKENS, HEADS, DEPTH)))
+                split = emit(relax.op.reshape(sliced, (1, tokens, HEADS, DEPTH)))
                 return emit(relax.op.permute_dims(split, [0, 2, 1, 3]))
 
             query = emit(relax.op.multiply(heads(0), quarter))
@@ -96,11 +99,11 @@ def _self_attention(
                 seen = emit(relax.op.astype(relax.op.logical_not(masked), "int8"))
                 any_seen = emit(relax.op.max(seen, axis=[3], keepdims=True))
                 empty = emit(relax.op.logical_not(relax.op.astype(any_seen, "bool")))
-                zeros = relax.const(np.zeros((1, HEADS, TOKENS, TOKENS), np.float32))
+                zeros = relax.const(np.zeros((1, HEADS, tokens, tokens), np.float32))
                 weights = emit(relax.op.where(empty, zeros, probabilities))
             context = emit(relax.op.matmul(weights, heads(2)))
             merged = emit(relax.op.permute_dims(context, [0, 2, 1, 3]))
-            result: relax.Expr = emit(relax.op.reshape(merged, (1, TOKENS, WIDTH)))
+            result: relax.Expr = emit(relax.op.reshape(merged, (1, tokens, WIDTH)))
             if probabilities_out:
                 result = relax.Tuple([result, probabilities])
             output = builder.emit_output(result)
@@ -171,6 +174,18 @@ def test_the_kernel_is_a_program_the_search_admits_and_schedules() -> None:
     kernel = fused["attention"].without_attr("op_pattern")
     workload = workload_from_ir_json(program_json(kernel), name="attention")
     assert design_space(workload, target, seed=1).schedules
+
+
+@pytest.mark.parametrize("tokens", [TOKENS, 16])
+def test_the_keys_are_copied_next_to_each_other_in_whole_vectors(tokens: int) -> None:
+    kernel = _prepared(_self_attention(tokens=tokens))["attention"].without_attr("op_pattern")
+    sch = tvm.s_tir.Schedule(kernel)
+    (keys,) = sch.get(sch.get_sblock("keys_t")).writes
+    assert [int(extent) for extent in keys.source.shape] == [1, HEADS, DEPTH, 16]
+    # MetaSchedule's inlining keeps off the copy, a plain one where the keys need no padding
+    inline = next(rule for rule in ScheduleRule.create("llvm") if isinstance(rule, AutoInline))
+    (inlined,) = inline.apply(sch, sch.get_sblock("keys_t"))
+    assert inlined.get_sblock("keys_t")
 
 
 def test_a_transformer_block_from_pytorch_runs_its_attention_as_one_kernel(

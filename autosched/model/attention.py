@@ -14,19 +14,24 @@ multiplication by a constant number on the way (the query and the keys each scal
 ``D ** -0.25``) joins the scores' scale. A transpose after the second matmul (the heads merged
 back) becomes the layout the kernel writes; the reshape after it is then a view.
 
-The kernel's stages are blocks MetaSchedule's rules understand: the scores (a batch matmul its
-multi-level tiling tiles), each row's maximum (a reduction), each score's exponential less the
-row's maximum, computed once, their sum over the row, the weighted sum of the values by those
-exponentials (tiled), and the result, that sum divided by the row's (an epilogue): the
-softmax's normalisation is applied to the ``width`` results of a row, not to its ``keys``
-weights. The scores and their exponentials stay scratch buffers of the kernel (TVM compacts
-each to what one iteration of the loops it is computed under touches): MetaSchedule never moves
-a tiled block under another's loops. Exponentials take TVM's fast float32 form
-(``topi.fast_exp``, as ``FastMathTransform`` gives the rest of the model); one below float32's
-range is zero, as the exact softmax's is, a select that also keeps MetaSchedule's inlining from
-moving the exponentials into their two readers, where each would be computed again. PyTorch's
-guard after the softmax, ``where(isnan(p), 0, p)`` (a row all masked out weighs nothing), is
-computed on each row's sum: a NaN weight makes its whole row's weights NaN.
+The kernel's stages are blocks MetaSchedule's rules understand: the keys copied transposed (in a
+projection's output a key's depth lies together and the next key a row further, 2,304 floats in
+ViT-B/16's; copied once, as every query reads every key, they lie next to each other), the copy
+padded to a multiple of `VECTOR_LANES` keys with the last key again and kept from MetaSchedule's
+inlining (``meta_schedule.inline_rule``), which would move its reads back into the scores; the
+scores (a batch matmul its multi-level tiling tiles, vectors along the keys; the padding's scores
+are computed and never read); each row's maximum (a reduction); each score's exponential less the
+row's maximum, computed once; their sum over the row; the weighted sum of the values by those
+exponentials (tiled); and the result, that sum divided by the row's (an epilogue): the softmax's
+normalisation is applied to the ``width`` results of a row, not to its ``keys`` weights. The scores
+and their exponentials stay scratch buffers of the kernel (TVM compacts each to what one iteration
+of the loops it is computed under touches): MetaSchedule never moves a tiled block under another's
+loops. Exponentials take TVM's fast float32 form (``topi.fast_exp``, as ``FastMathTransform`` gives
+the rest of the model); one below float32's range is zero, as the exact softmax's is, a select that
+also keeps MetaSchedule's inlining from moving the exponentials into their two readers, where each
+would be computed again. PyTorch's guard after the softmax, ``where(isnan(p), 0, p)`` (a row all
+masked out weighs nothing), is computed on each row's sum: a NaN weight makes its whole row's
+weights NaN.
 
 Nothing else is matched: every intermediate result of the chain must be used by the next step
 alone, the operands float32 tensors of static shape, the softmax over the last axis.
@@ -44,6 +49,7 @@ import tvm
 from tvm import relax, te, tirx
 from tvm.sym import Analyzer
 
+from autosched.admission import INLINE_RULE
 from autosched.model.relax_ir import static_shape
 
 Index = Callable[[Sequence[tirx.Expr]], list[tirx.Expr]]
@@ -55,6 +61,12 @@ Guard = Literal["nan", "rows"] | None
 ``_safe_softmax``), or none."""
 
 _OPAQUE = 8  # relax's op pattern kOpaque: FuseOps leaves the kernel as it is
+
+
+VECTOR_LANES = 16
+"""The scores of a row are computed for a multiple of this many keys (float32 lanes of a 512-bit
+vector, a multiple of narrower vectors'), so that their loop splits into whole vectors whatever
+the keys' count (ViT-B/16's 197 is a prime)."""
 
 _EXP_HIGH, _EXP_LOW = 88.3762626647950, -88.3762626647949
 """The inputs ``topi.fast_exp`` clamps to: beyond them float32's exponential overflows, or
@@ -179,12 +191,18 @@ def attention_te(sources: Sequence[te.Tensor], attention: Attention) -> te.Tenso
         return tensor[tuple(access.index(index))]
 
     scale = attention.scale * attention.query.scale * attention.keys.scale
+    padded = -(-count // VECTOR_LANES) * VECTOR_LANES
+    keys_t = te.compute(
+        (*batch, depth, padded),
+        lambda *ix: read(keys, attention.keys, (*ix[:-1], tirx.min(ix[-1], count - 1))),
+        name="keys_t",
+        attrs={INLINE_RULE: "disable"},
+    )
     d = te.reduce_axis((0, depth), name="d")
     score = te.compute(
-        (*batch, attention.queries, count),
+        (*batch, attention.queries, padded),
         lambda *ix: te.sum(
-            read(query, attention.query, (*ix[:-1], d))
-            * read(keys, attention.keys, (*ix[:-2], d, ix[-1])),
+            read(query, attention.query, (*ix[:-1], d)) * keys_t[(*ix[:-2], d, ix[-1])],
             axis=d,
         ),
         name="score",

@@ -62,15 +62,16 @@ def test_a_contender_far_slower_than_the_rest_takes_the_first_rounds_only(
 ) -> None:
     """TVM's untuned model beside tuned ones: more rounds of it would not move it nearer."""
     monkeypatch.setattr(bench_timing, "FAR_SLOWER_CALL_SECS", 0.1)
+    monkeypatch.setattr(bench_timing, "FAR_SLOWER_ROUNDS", 1)
     clock = _Clock()
-    calls = {"tuned": clock.call("tuned", 0.01), "untuned": clock.call("untuned", 0.15)}
-    timings, probed = time_side_by_side(calls, rounds=5, between=lambda: 0.0)
-    assert {name: t.repeats for name, t in timings.items()} == {"tuned": 5, "untuned": 3}
-    assert len(probed) == 5
+    calls = {"tuned": clock.call("tuned", 0.01), "untuned": clock.call("untuned", 0.12)}
+    timings, probed = time_side_by_side(calls, rounds=2, between=lambda: 0.0)
+    assert {name: t.repeats for name, t in timings.items()} == {"tuned": 2, "untuned": 1}
+    assert len(probed) == 2
     # no longer far slower than the tuned one: every round
-    calls = {"tuned": clock.call("tuned", 0.02), "untuned": clock.call("untuned", 0.15)}
-    timings, _ = time_side_by_side(calls, rounds=4)
-    assert {name: t.repeats for name, t in timings.items()} == {"tuned": 4, "untuned": 4}
+    calls = {"tuned": clock.call("tuned", 0.02), "untuned": clock.call("untuned", 0.12)}
+    timings, _ = time_side_by_side(calls, rounds=2)
+    assert {name: t.repeats for name, t in timings.items()} == {"tuned": 2, "untuned": 2}
 
 
 def test_every_repeat_and_probe_starts_after_the_last_ones_threads_have_settled() -> None:

@@ -62,7 +62,6 @@ Guard = Literal["nan", "rows"] | None
 
 _OPAQUE = 8  # relax's op pattern kOpaque: FuseOps leaves the kernel as it is
 
-
 VECTOR_LANES = 16
 """The scores of a row are computed for a multiple of this many keys (float32 lanes of a 512-bit
 vector, a multiple of narrower vectors'), so that their loop splits into whole vectors whatever

@@ -121,14 +121,19 @@ def test_a_local_measurer_times_again_what_it_timed_while_every_core_was_taken()
         assert all(r.ok for r in quiet)
         before = measurer.spells
         # every core is taken from the end of the batch's builds (as long as the quiet batch's)
-        # through its first stretches of timing; the stretches are timed again after it
+        # through its first stretches of timing; the stretches are timed again after it. Under
+        # another test's load the builds' length can be misjudged and the spell fall after the
+        # timing: then it is made again, at most three times in all
         builds = sum(r.build_secs or 0.0 for r in quiet) / config.builders
-        spell = threading.Timer(builds, _hog_every_core, args=(0.6,))
-        spell.start()
-        try:
-            slowed = measurer.measure(ref, traces)
-        finally:
-            spell.join()
+        for _attempt in range(3):
+            spell = threading.Timer(builds, _hog_every_core, args=(0.6,))
+            spell.start()
+            try:
+                slowed = measurer.measure(ref, traces)
+            finally:
+                spell.join()
+            if measurer.spells > before:
+                break
         assert measurer.spells > before
         assert all(r.ok for r in slowed)
         # the machine's own speed may change over the three batches (another test's load, the

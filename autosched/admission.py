@@ -11,8 +11,7 @@ attributes its name, the no-alias and schedulable-TIR marks, ``layout_free_buffe
 positions of parameters that are constant weights, which a schedule may store in a layout of its
 own), each position one of its parameters, and the flag ``autosched.cold_cache`` (its candidates
 are timed with the CPU caches flushed, as a model's kernel runs); of block annotations
-``schedule_rule`` "None" (MetaSchedule's rules keep off such a block),
-``meta_schedule.inline_rule`` "disable" (its inlining keeps off) and the mark of a weight
+``schedule_rule`` "None" (MetaSchedule's rules keep off such a block) and the mark of a weight
 transform (`autosched.weights`); no loop annotations. Its graph is within the bounds of
 `autosched.bounds` (nodes, depth, size written out), and once loaded each of its buffer accesses
 is proven within its buffer.
@@ -81,15 +80,10 @@ FUNCTION_ATTRS = frozenset(
     {"global_symbol", "tirx.noalias", "tir.noalias", "s_tir", _LAYOUT_FREE, COLD_CACHE}
 )
 """The function attributes a program may carry."""
-INLINE_RULE = "meta_schedule.inline_rule"
-"""A block annotation: "disable" keeps MetaSchedule's inlining off the block (a copy a kernel
-makes on purpose, as attention's keys transposed)."""
-_STRING_ANNOTATIONS = {"schedule_rule": "None", INLINE_RULE: "disable"}
-"""The block annotations a program may carry whose value is a string, and the one value each may
-have."""
-_BLOCK_ANNOTATIONS = frozenset({*_STRING_ANNOTATIONS, WEIGHT_TRANSFORM})
-"""The block annotations a program may carry (the mark of a weight transform with the value 1
-only)."""
+_SCHEDULE_RULE = "schedule_rule"
+_BLOCK_ANNOTATIONS = frozenset({_SCHEDULE_RULE, WEIGHT_TRANSFORM})
+"""The block annotations a program may carry (``schedule_rule`` with the value "None" only, the
+mark of a weight transform with the value 1 only)."""
 LOOP_ANNOTATIONS: frozenset[str] = frozenset()
 """The loop annotations a program may carry: none. MetaSchedule's schedules annotate loops
 (``pragma_auto_unroll_max_step``, ``pragma_unroll_explicit``, ``meta_schedule.cooperative_fetch``,
@@ -258,14 +252,13 @@ class _Graph:
 
     def _check_block_annotations(self, entries: list[tuple[str, Any]]) -> None:
         """A block may carry ``schedule_rule`` "None", which keeps MetaSchedule's rules off it
-        (any other rule name would have MetaSchedule call the function registered under it),
-        ``meta_schedule.inline_rule`` "disable" and the mark of a weight transform, 1."""
+        (any other rule name would have MetaSchedule call the function registered under it), and
+        the mark of a weight transform, 1."""
         for key, value in entries:
-            only = _STRING_ANNOTATIONS.get(key)
-            if only is not None and (
-                self._type(value) != "ffi.String" or self._data(value, "ffi.String") != only
+            if key == _SCHEDULE_RULE and (
+                self._type(value) != "ffi.String" or self._data(value, "ffi.String") != "None"
             ):
-                raise UserError(f'a program\'s block may carry {key} "{only}" only')
+                raise UserError(f'a program\'s block may carry {_SCHEDULE_RULE} "None" only')
             if key == WEIGHT_TRANSFORM and (
                 self._type(value) != "int" or self._nodes[value].get("data") != 1
             ):

@@ -138,10 +138,6 @@ def _schedule_rule_that_names_a_function(graph: Graph) -> None:
     _annotate_a_block(graph, "schedule_rule", "runtime.RPCServerLoop")
 
 
-def _inline_rule_other_than_disable(graph: Graph) -> None:
-    _annotate_a_block(graph, "meta_schedule.inline_rule", "runtime.RPCServerLoop")
-
-
 def _weight_transform_marked_otherwise(graph: Graph) -> None:
     _annotate_a_block(graph, "autosched.weight_transform", "runtime.RPCServerLoop")
 
@@ -246,7 +242,6 @@ ATTACKS: list[tuple[Callable[[Graph], None], str]] = [
     (_cold_cache_flag_of_another_type, "autosched.cold_cache must be true or false"),
     (_block_annotation, "block annotation 'pragma_import_llvm'"),
     (_schedule_rule_that_names_a_function, 'block may carry schedule_rule "None" only'),
-    (_inline_rule_other_than_disable, 'block may carry meta_schedule.inline_rule "disable" only'),
     (_weight_transform_marked_otherwise, "block may carry autosched.weight_transform 1 only"),
     (_loop_annotation, "loop annotation 'pragma_import_llvm'"),
     (_call_attribute, "call attribute 'pragma_import_c'"),

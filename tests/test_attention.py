@@ -182,7 +182,7 @@ def test_the_keys_are_copied_next_to_each_other_in_whole_vectors(tokens: int) ->
     sch = tvm.s_tir.Schedule(kernel)
     (keys,) = sch.get(sch.get_sblock("keys_t")).writes
     assert [int(extent) for extent in keys.source.shape] == [1, HEADS, DEPTH, 16]
-    # MetaSchedule's inlining keeps off the copy, a plain one where the keys need no padding
+    # MetaSchedule's inlining leaves the copy, a transpose, where it is: the scores read it
     inline = next(rule for rule in ScheduleRule.create("llvm") if isinstance(rule, AutoInline))
     (inlined,) = inline.apply(sch, sch.get_sblock("keys_t"))
     assert inlined.get_sblock("keys_t")

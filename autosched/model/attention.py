@@ -17,21 +17,20 @@ back) becomes the layout the kernel writes; the reshape after it is then a view.
 The kernel's stages are blocks MetaSchedule's rules understand: the keys copied transposed (in a
 projection's output a key's depth lies together and the next key a row further, 2,304 floats in
 ViT-B/16's; copied once, as every query reads every key, they lie next to each other), the copy
-padded to a multiple of `VECTOR_LANES` keys with the last key again and kept from MetaSchedule's
-inlining (``meta_schedule.inline_rule``), which would move its reads back into the scores; the
-scores (a batch matmul its multi-level tiling tiles, vectors along the keys; the padding's scores
-are computed and never read); each row's maximum (a reduction); each score's exponential less the
-row's maximum, computed once; their sum over the row; the weighted sum of the values by those
-exponentials (tiled); and the result, that sum divided by the row's (an epilogue): the softmax's
-normalisation is applied to the ``width`` results of a row, not to its ``keys`` weights. The scores
-and their exponentials stay scratch buffers of the kernel (TVM compacts each to what one iteration
-of the loops it is computed under touches): MetaSchedule never moves a tiled block under another's
-loops. Exponentials take TVM's fast float32 form (``topi.fast_exp``, as ``FastMathTransform`` gives
-the rest of the model); one below float32's range is zero, as the exact softmax's is, a select that
-also keeps MetaSchedule's inlining from moving the exponentials into their two readers, where each
-would be computed again. PyTorch's guard after the softmax, ``where(isnan(p), 0, p)`` (a row all
-masked out weighs nothing), is computed on each row's sum: a NaN weight makes its whole row's
-weights NaN.
+padded to a multiple of `VECTOR_LANES` keys with the last key again (a transpose: MetaSchedule's
+inlining leaves it where it is); the scores (a batch matmul its multi-level tiling tiles, vectors
+along the keys; the padding's scores are computed and never read); each row's maximum (a reduction);
+each score's exponential less the row's maximum, computed once; their sum over the row; the weighted
+sum of the values by those exponentials (tiled); and the result, that sum divided by the row's (an
+epilogue): the softmax's normalisation is applied to the ``width`` results of a row, not to its
+``keys`` weights. The scores and their exponentials stay scratch buffers of the kernel (TVM compacts
+each to what one iteration of the loops it is computed under touches): MetaSchedule never moves a
+tiled block under another's loops. Exponentials take TVM's fast float32 form (``topi.fast_exp``, as
+``FastMathTransform`` gives the rest of the model); one below float32's range is zero, as the exact
+softmax's is, a select that also keeps MetaSchedule's inlining from moving the exponentials into
+their two readers, where each would be computed again. PyTorch's guard after the softmax,
+``where(isnan(p), 0, p)`` (a row all masked out weighs nothing), is computed on each row's sum: a
+NaN weight makes its whole row's weights NaN.
 
 Nothing else is matched: every intermediate result of the chain must be used by the next step
 alone, the operands float32 tensors of static shape, the softmax over the last axis.
@@ -49,7 +48,6 @@ import tvm
 from tvm import relax, te, tirx
 from tvm.sym import Analyzer
 
-from autosched.admission import INLINE_RULE
 from autosched.model.relax_ir import static_shape
 
 Index = Callable[[Sequence[tirx.Expr]], list[tirx.Expr]]
@@ -191,11 +189,16 @@ def attention_te(sources: Sequence[te.Tensor], attention: Attention) -> te.Tenso
 
     scale = attention.scale * attention.query.scale * attention.keys.scale
     padded = -(-count // VECTOR_LANES) * VECTOR_LANES
+
+    def key(*ix: tirx.Expr) -> tirx.Expr:
+        """The keys' copy, its padding the last key again."""
+        index = ix if padded == count else (*ix[:-1], tirx.min(ix[-1], count - 1))
+        return read(keys, attention.keys, index)
+
     keys_t = te.compute(
         (*batch, depth, padded),
-        lambda *ix: read(keys, attention.keys, (*ix[:-1], tirx.min(ix[-1], count - 1))),
+        key,
         name="keys_t",
-        attrs={INLINE_RULE: "disable"},
     )
     d = te.reduce_axis((0, depth), name="d")
     score = te.compute(

@@ -103,6 +103,15 @@ class JobSearch:
         return OpenSession(self.session, self.started_from)
 
 
+def _strategy_batch(job: JobProgress) -> int:
+    """The batch a job's search strategy proposes toward: the job's batch size, but never more
+    than its trials (a model's round of 4 trials in a job of batch size 64). MetaSchedule's
+    evolution picks that many programs a round, and one short of them evolves again: asked for
+    64 where 4 are measured, every round of a model's task cost two or three evolutions instead of
+    one, and the printing of 64 to 192 programs to hash them."""
+    return max(1, min(job.batch_size, job.trials))
+
+
 def open_search(
     log: TuningLog,
     job: JobProgress,
@@ -163,7 +172,7 @@ def open_search(
                 workload=workload,
                 target=target,
                 trials=job.trials,
-                batch_size=job.batch_size,
+                batch_size=_strategy_batch(job),
                 seed=job.seed,
                 history=history,
                 cost_model=cost_model,

@@ -7,6 +7,7 @@ from dataclasses import replace
 import pytest
 from faults import FaultyMeasurer, faulty_matmul
 from helpers import count_session_starts, on_sqlite, one_core_target
+from tvm.s_tir.meta_schedule import TuneContext
 
 from autosched.log import TuningLog
 from autosched.log.jobs import JobStore
@@ -293,6 +294,40 @@ def test_a_kept_session_continues_in_the_next_job_and_catches_up_on_the_log(
     assert len(measurer.measured) == len(records)
     # a job that was stopped leaves no session open: the next one starts from the log
     assert len(sessions) == 0
+
+
+@on_sqlite
+def test_a_job_of_fewer_trials_than_its_batch_evolves_once_a_round_toward_its_trials(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A model's round is a job of a few trials in batches of 64: its search picks as many
+    programs as the round measures, in one evolution, not 64 in two or three."""
+    started = count_session_starts(monkeypatch)
+    evolutions: list[TuneContext] = []
+    evolve = TuneContext.generate_measure_candidates
+
+    def counting_evolve(context: TuneContext) -> object:
+        evolutions.append(context)
+        return evolve(context)
+
+    monkeypatch.setattr(TuneContext, "generate_measure_candidates", counting_evolve)
+    target = one_core_target()
+    log = TuningLog(db_url)
+    measurer = FaultyMeasurer(target, FAST, {})
+    try:
+        report = tune(
+            get_workload("matmul", SHAPE),
+            target,
+            log,
+            measurer,
+            TuneOptions(trials=3, batch_size=64, seed=1, finalists=0),
+        )
+    finally:
+        measurer.close()
+        log.close()
+    assert report.trials == 3
+    assert [job.batch_size for _, job in started] == [3]
+    assert len(evolutions) == 1
 
 
 def test_open_sessions_close_the_least_recently_kept_beyond_their_capacity() -> None:

@@ -155,6 +155,30 @@ def test_a_measurer_of_two_workloads_re_times_each_ones_own_program() -> None:
     assert max(large_samples) > large_result.median / 3
 
 
+@pytest.mark.slow  # builds the untuned program of 24 shapes
+def test_a_measurer_re_times_the_first_of_a_models_many_workloads_without_building_it_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A model's finals come after the rounds of all its tasks (mobilenet_v3_small has 52): the
+    first task measured is re-timed from the library its round built."""
+    measurer = LocalMeasurer(host_target(), MeasureConfig(min_repeat_ms=1, repeat=1))
+    shapes = [get_workload("matmul", {"M": 4, "N": 4, "K": k}) for k in range(1, 25)]
+    try:
+        for workload in shapes:
+            measurer.measure(workload.ref, [BASELINE_TRACE])
+        builds: list[str] = []
+        build = LocalMeasurer._build
+        monkeypatch.setattr(
+            LocalMeasurer,
+            "_build",
+            lambda self, *a, **k: builds.append(a[1]) or build(self, *a, **k),
+        )
+        (samples,) = measurer.retime(shapes[0].ref, [BASELINE_TRACE], rounds=2)
+    finally:
+        measurer.close()
+    assert len(samples) == 2 and builds == []
+
+
 @pytest.mark.slow  # a search of a few candidates, then their re-timing
 def test_a_tuning_run_chooses_its_best_by_the_re_timed_median_and_logs_every_sample(
     tmp_path: Path,

@@ -63,8 +63,10 @@ _Program = tuple[str, str]
 """A candidate program: its workload's key and its trace. A trace alone does not name a program:
 two shapes of one operator can share a trace."""
 
-KEPT_WORKLOADS = 16
-"""Workloads whose fastest libraries a measurer keeps for `retime` (a model's tasks, say)."""
+KEPT_WORKLOADS = 256
+"""Workloads whose fastest libraries a measurer keeps for `retime`: every task of a model (52 in
+mobilenet_v3_small, whose finals come after all their rounds), so that no final builds its
+programs again. A kernel's library is about 30 kB: 8 of each of 256 workloads, 60 MB at most."""
 
 
 def _now() -> datetime:

@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import pytest
@@ -48,7 +48,7 @@ class _Timings:
 
 def test_candidates_timed_between_quiet_controls_are_timed_once() -> None:
     controls = _scripted([0.5, 1.0, 1.1, 0.95])  # the first control only warms up
-    watch = SpellWatch(lambda: next(controls))
+    watch = SpellWatch(lambda: next(controls), stretch_secs=0)
     timings = _Timings({i: 1e-3 * (i + 1) for i in range(2 * CONTROL_EVERY)})
     kept = watch.time(list(timings.base), timings, _median)
     assert timings.calls == list(timings.base)
@@ -69,7 +69,7 @@ def test_a_stretch_next_to_a_slow_control_is_timed_again_and_its_quiet_timing_ke
         secs, timings.slow = next(controls, (1.0, 1.0))
         return secs
 
-    watch = SpellWatch(control)
+    watch = SpellWatch(control, stretch_secs=0)
     kept = watch.time(first + second, timings, _median)
     assert timings.calls == first + second + first + second
     assert {i: r.median for i, r in kept.items()} == timings.base
@@ -77,7 +77,7 @@ def test_a_stretch_next_to_a_slow_control_is_timed_again_and_its_quiet_timing_ke
 
 
 def test_a_spell_that_never_ends_keeps_each_candidates_fastest_timing() -> None:
-    watch = SpellWatch(lambda: SLOW_SPELL * 2)
+    watch = SpellWatch(lambda: SLOW_SPELL * 2, stretch_secs=0)
     watch.quiet = 1.0
     slowdowns = iter([3.0, 2.0, 4.0])
     timings = _Timings({0: 1e-3, 1: -1.0})
@@ -95,12 +95,39 @@ def test_a_spell_that_never_ends_keeps_each_candidates_fastest_timing() -> None:
 
 
 def test_controls_that_could_not_be_timed_judge_nothing() -> None:
-    watch = SpellWatch(lambda: None)
+    watch = SpellWatch(lambda: None, stretch_secs=0)
     timings = _Timings({0: 1e-3, 1: 2e-3})
     kept = watch.time([0, 1], timings, _median)
     assert timings.calls == [0, 1]
     assert set(kept) == {0, 1}
     assert watch.spells == 0
+
+
+def test_a_control_comes_after_a_stretch_long_enough_to_outweigh_it() -> None:
+    """Rounds of 0.1 s: a control after every three (0.3 s, at least the watch's 0.25 s) and after
+    the last; candidates of a second each: a control after every ``CONTROL_EVERY`` of them."""
+    now = [0.0]
+    controls: list[float] = []
+
+    def control() -> float:
+        controls.append(now[0])
+        return 1.0
+
+    def taking(secs: float) -> Callable[[int], float]:
+        def time_one(index: int) -> float:
+            now[0] += secs
+            return secs
+
+        return time_one
+
+    watch = SpellWatch(control, stretch_secs=0.25, clock=lambda: now[0])
+    kept = watch.time(range(10), taking(0.1), lambda secs: secs, every=1)
+    assert len(kept) == 10
+    # the warm-up and the control before the first round, then one after each stretch
+    assert controls == pytest.approx([0.0, 0.0, 0.3, 0.6, 0.9, 1.0])
+    controls.clear()
+    watch.time(range(2 * CONTROL_EVERY), taking(1.0), lambda secs: secs)
+    assert controls == pytest.approx([1.0, 1.0 + CONTROL_EVERY, 1.0 + 2 * CONTROL_EVERY])
 
 
 def _hog_every_core(secs: float) -> None:
@@ -163,7 +190,7 @@ def test_rounds_timed_with_a_control_after_each_keep_the_quiet_timing_of_a_slowe
         calls.append(start)
         return {"a": 1.0 * slow["now"], "b": 2.0 * slow["now"]}
 
-    watch = SpellWatch(control)
+    watch = SpellWatch(control, stretch_secs=0)
     kept = watch.time(range(3), time_round, lambda samples: sum(samples.values()), every=1)
     assert calls == [0, 1, 2, 1, 2]  # the rounds next to the slow control, timed again
     assert all(kept[start] == {"a": 1.0, "b": 2.0} for start in range(3))

@@ -322,12 +322,18 @@ def _retime_finalists(
     make the one with the lowest re-timed median the best record (``autosched.finals.ranking``);
     none where the measurer cannot re-time (a replay of a log).
 
-    A candidate whose output was never checked is checked first; one that fails is left out, one
-    that passes has its measurement marked verified, as every best record's is.
+    A candidate whose output was never checked is checked first (the libraries to check built
+    side by side beforehand, `Retimer.prepare_checks`); one that fails is left out, one that
+    passes has its measurement marked verified, as every best record's is.
     """
     if options.finalists < 1 or not isinstance(measurer, Retimer):
         return []
     tuned, untuned = contenders(log.records(*subject))
+    pace = tuned[0].median_secs if tuned else None
+    likely = [r for r in tuned[: options.finalists] if enters_final(r.median_secs, pace)]
+    if untuned is not None and enters_final(untuned.median_secs, pace):
+        likely.append(untuned)
+    measurer.prepare_checks(workload.ref, [r.trace_json for r in likely if not r.verified])
     checked: set[str] = set()
 
     def entrant(record: RecordView) -> Entrant | None:

@@ -4,7 +4,9 @@ and real re-timing of built candidates side by side."""
 from __future__ import annotations
 
 import random
+import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
@@ -23,6 +25,7 @@ from autosched.log import TuningLog
 from autosched.measure import LocalMeasurer, MeasureConfig
 from autosched.records import BASELINE_TRACE
 from autosched.schedule import trace_to_json
+from autosched.search.random import RandomSearch
 from autosched.search.space import design_space
 from autosched.server.api.app import create_app
 from autosched.server.settings import Settings
@@ -177,6 +180,34 @@ def test_a_measurer_re_times_the_first_of_a_models_many_workloads_without_buildi
     finally:
         measurer.close()
     assert len(samples) == 2 and builds == []
+
+
+@pytest.mark.slow  # builds three programs of a small matmul and checks them
+def test_the_programs_a_final_checks_are_built_ahead_side_by_side_and_not_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    workload = get_workload("matmul", {"M": 16, "N": 16, "K": 16})
+    target = host_target()
+    search = RandomSearch(workload, target, batch_size=3, seed=0)
+    traces = [proposal.trace_json for proposal in search.propose()]
+    builds: list[str] = []
+    build = LocalMeasurer._build
+
+    def building(self: LocalMeasurer, *args: Any, **kwargs: Any) -> object:
+        builds.append(threading.current_thread().name)
+        return build(self, *args, **kwargs)
+
+    monkeypatch.setattr(LocalMeasurer, "_build", building)
+    measurer = LocalMeasurer(target, MeasureConfig(min_repeat_ms=1, repeat=1, builders=2))
+    try:
+        measurer.prepare_checks(workload.ref, traces)
+        built_ahead = list(builds)
+        checks = [measurer.verify(workload.ref, trace, seed=0) for trace in traces]
+    finally:
+        measurer.close()
+    assert len(traces) == 3 and checks == [None, None, None]
+    assert len(built_ahead) == 3 and builds == built_ahead  # checking built nothing more
+    assert threading.main_thread().name not in built_ahead  # on the builders' threads
 
 
 @pytest.mark.slow  # a search of a few candidates, then their re-timing

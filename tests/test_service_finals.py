@@ -292,6 +292,9 @@ class _DyingRetimer:
     def retime(self, workload: WorkloadRef, traces: Sequence[str], rounds: int) -> list:
         raise ChildDied("the runner died (signal 11)")
 
+    def prepare_checks(self, workload: WorkloadRef, traces: Sequence[str]) -> None:
+        pass
+
 
 def test_a_worker_whose_rounds_fail_reports_the_final_untimed(log: TuningLog) -> None:
     job = _measured_job(log, SINGLES)

@@ -211,6 +211,8 @@ def time_final(measurer: Measurer, final: LeasedFinal) -> list[RetimedEntrant]:
     measurer that cannot time candidates again, or a round that fails, times none."""
     if not isinstance(measurer, Retimer):
         return [RetimedEntrant(e.candidate_id, (), False) for e in final.entrants]
+    unverified = [entrant.trace_json for entrant in final.entrants if not entrant.verified]
+    measurer.prepare_checks(final.workload, unverified)
     checked = {
         entrant.candidate_id: measurer.verify(final.workload, entrant.trace_json, final.seed)
         is None

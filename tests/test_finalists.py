@@ -158,6 +158,20 @@ def test_a_measurer_of_two_workloads_re_times_each_ones_own_program() -> None:
     assert max(large_samples) > large_result.median / 3
 
 
+def _recorded_builds(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
+    """The builds every measurer makes from now on, each as its trace and the thread it ran on;
+    they build as they would."""
+    builds: list[tuple[str, str]] = []
+    build = LocalMeasurer._build
+
+    def building(self: LocalMeasurer, workload: Any, trace: str, *args: Any, **kwargs: Any) -> Any:
+        builds.append((trace, threading.current_thread().name))
+        return build(self, workload, trace, *args, **kwargs)
+
+    monkeypatch.setattr(LocalMeasurer, "_build", building)
+    return builds
+
+
 @pytest.mark.slow  # builds the untuned program of 24 shapes
 def test_a_measurer_re_times_the_first_of_a_models_many_workloads_without_building_it_again(
     monkeypatch: pytest.MonkeyPatch,
@@ -169,13 +183,7 @@ def test_a_measurer_re_times_the_first_of_a_models_many_workloads_without_buildi
     try:
         for workload in shapes:
             measurer.measure(workload.ref, [BASELINE_TRACE])
-        builds: list[str] = []
-        build = LocalMeasurer._build
-        monkeypatch.setattr(
-            LocalMeasurer,
-            "_build",
-            lambda self, *a, **k: builds.append(a[1]) or build(self, *a, **k),
-        )
+        builds = _recorded_builds(monkeypatch)
         (samples,) = measurer.retime(shapes[0].ref, [BASELINE_TRACE], rounds=2)
     finally:
         measurer.close()
@@ -190,14 +198,7 @@ def test_the_programs_a_final_checks_are_built_ahead_side_by_side_and_not_again(
     target = host_target()
     search = RandomSearch(workload, target, batch_size=3, seed=0)
     traces = [proposal.trace_json for proposal in search.propose()]
-    builds: list[str] = []
-    build = LocalMeasurer._build
-
-    def building(self: LocalMeasurer, *args: Any, **kwargs: Any) -> object:
-        builds.append(threading.current_thread().name)
-        return build(self, *args, **kwargs)
-
-    monkeypatch.setattr(LocalMeasurer, "_build", building)
+    builds = _recorded_builds(monkeypatch)
     measurer = LocalMeasurer(target, MeasureConfig(min_repeat_ms=1, repeat=1, builders=2))
     try:
         measurer.prepare_checks(workload.ref, traces)
@@ -206,8 +207,10 @@ def test_the_programs_a_final_checks_are_built_ahead_side_by_side_and_not_again(
     finally:
         measurer.close()
     assert len(traces) == 3 and checks == [None, None, None]
-    assert len(built_ahead) == 3 and builds == built_ahead  # checking built nothing more
-    assert threading.main_thread().name not in built_ahead  # on the builders' threads
+    assert len(built_ahead) == 3 and sorted(trace for trace, _ in built_ahead) == sorted(traces)
+    assert builds == built_ahead  # checking built nothing more
+    threads = {thread for _, thread in built_ahead}
+    assert threading.main_thread().name not in threads  # on the builders' threads
 
 
 @pytest.mark.slow  # a search of a few candidates, then their re-timing

@@ -15,14 +15,14 @@ from dataclasses import dataclass
 
 from autosched.costmodel.base import CostModel
 from autosched.errors import Cancelled
+from autosched.finals.checks import check_in_rank_order
 from autosched.finals.ranking import (
     FINALISTS,
     ROUNDS,
     Entrant,
     Finalist,
     contenders,
-    enters_final,
-    rank_finalists,
+    entrants_of,
     side_by_side,
 )
 from autosched.finals.timings import FinalistStore
@@ -32,7 +32,7 @@ from autosched.log.jobs import JobStore
 from autosched.log.subjects import ensure_subject
 from autosched.measure import CorrectnessGate, Measurer, Retimer
 from autosched.neighbours import NeighbourSeeds
-from autosched.records import BASELINE_TRACE, CandidateResult, JobStatus, RecordView
+from autosched.records import BASELINE_TRACE, CandidateResult, JobStatus
 from autosched.replay import check_not_source
 from autosched.search.base import Proposal
 from autosched.search.registry import DEFAULT_STRATEGY
@@ -317,49 +317,31 @@ def _retime_finalists(
     device_id: int,
     options: TuneOptions,
 ) -> list[Finalist]:
-    """Time the ``options.finalists`` fastest correct tuned candidates of the workload and target
-    again, side by side with the untuned program (those `enters_final` lets in), and
-    make the one with the lowest re-timed median the best record (``autosched.finals.ranking``);
-    none where the measurer cannot re-time (a replay of a log).
+    """Time the ``options.finalists`` fastest tuned candidates of the workload and target again,
+    side by side with the untuned program (those `enters_final` lets in), and make the one with
+    the lowest re-timed median whose output is correct the best record
+    (``autosched.finals.ranking``); none where the measurer cannot re-time (a replay of a log).
 
-    A candidate whose output was never checked is checked first (the libraries to check built
-    side by side beforehand, `Retimer.prepare_checks`); one that fails is left out, one that
-    passes has its measurement marked verified, as every best record's is.
+    The finalists never verified are checked in their ranking until one passes
+    (``autosched.finals.checks``): one that fails is left out, one that passes has its
+    measurement marked verified, as every best record's is.
     """
     if options.finalists < 1 or not isinstance(measurer, Retimer):
         return []
-    tuned, untuned = contenders(log.records(*subject))
-    pace = tuned[0].median_secs if tuned else None
-    likely = [r for r in tuned[: options.finalists] if enters_final(r.median_secs, pace)]
-    if untuned is not None and enters_final(untuned.median_secs, pace):
-        likely.append(untuned)
-    measurer.prepare_checks(workload.ref, [r.trace_json for r in likely if not r.verified])
-    checked: set[str] = set()
-
-    def entrant(record: RecordView) -> Entrant | None:
-        if not record.verified:
-            if measurer.verify(workload.ref, record.trace_json, options.seed or 0) is not None:
-                return None
-            checked.add(record.program_hash)
-        return Entrant(record.program_hash, record.trace_json, record.median_secs or 0.0)
-
-    entrants: list[Entrant] = []
-    for record in tuned:  # fastest first: the first correct one sets the pace
-        fastest = entrants[0].first_median_secs if entrants else None
-        if len(entrants) == options.finalists or not enters_final(record.median_secs, fastest):
-            break
-        if (entered := entrant(record)) is not None:
-            entrants.append(entered)
-    fastest = entrants[0].first_median_secs if entrants else None
-    if (
-        untuned is not None
-        and enters_final(untuned.median_secs, fastest)
-        and (reference := entrant(untuned)) is not None
-    ):
-        entrants.append(reference)
-    if len(entrants) < 2:
+    records = entrants_of(*contenders(log.records(*subject)), options.finalists)
+    if len(records) < 2:
         return []
-    samples = measurer.retime(workload.ref, [e.trace_json for e in entrants], options.rounds)
-    finalists = rank_finalists(entrants, samples)
+    samples = measurer.retime(workload.ref, [r.trace_json for r in records], options.rounds)
+    finalists, outcomes = check_in_rank_order(
+        measurer,
+        workload.ref,
+        [Entrant(r.program_hash, r.trace_json, r.median_secs or 0.0) for r in records],
+        samples,
+        {record.program_hash for record in records if record.verified},
+        options.seed or 0,
+    )
+    if len(finalists) < 2:
+        return []
+    checked = [program_hash for program_hash, passed in outcomes.items() if passed]
     FinalistStore(log).record(job_id, *subject, device_id, finalists, checked)
     return finalists

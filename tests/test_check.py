@@ -34,7 +34,7 @@ def test_a_check_times_no_final(cli: Cli, monkeypatch: pytest.MonkeyPatch) -> No
     def no_final(*_args: object) -> list:
         raise AssertionError("a check ran a final")
 
-    monkeypatch.setattr(tuner, "rank_finalists", no_final)
+    monkeypatch.setattr(tuner, "check_in_rank_order", no_final)
     monkeypatch.setattr(tuner, "contenders", no_final)
     result = cli("check", "matmul", "-p", "M=16", "-p", "N=16", "-p", "K=16", "--trials", "2")
     assert result.code == 0, result.err

@@ -17,6 +17,7 @@ from autosched.finals.ranking import (
     contenders,
     enters_final,
     median_interval,
+    rank_checked,
     rank_finalists,
     side_by_side,
 )
@@ -97,6 +98,32 @@ def test_finalists_rank_by_their_re_timed_median_and_overlaps_tie() -> None:
     assert best.median_secs == pytest.approx(1.145)
     assert best.as_json()["ci_low_secs"] == best.interval.low == pytest.approx(1.11)
     assert rank_finalists(entrants[3:], samples[3:]) == []
+
+
+def test_the_finalists_are_checked_in_their_ranking_until_one_passes() -> None:
+    entrants = [
+        Entrant("wrong", "trace-w", 1.0),  # fastest re-timed, but its output is wrong
+        Entrant("right", "trace-r", 1.1),
+        Entrant("close", "trace-c", 1.2),  # ties with the winner that passed, never asked
+        Entrant("slow", "trace-s", 1.3),
+    ]
+    samples = [
+        [1.00 + 0.01 * i for i in range(10)],
+        [1.20 + 0.01 * i for i in range(10)],
+        [1.25 + 0.01 * i for i in range(10)],
+        [1.60 + 0.01 * i for i in range(10)],
+    ]
+    asked: list[str] = []
+
+    def correct(entrant: Entrant) -> bool:
+        asked.append(entrant.program_hash)
+        return entrant.program_hash != "wrong"
+
+    ranked = rank_checked(entrants, samples, correct)
+    assert asked == ["wrong", "right"]
+    assert [f.program_hash for f in ranked] == ["right", "close", "slow"]
+    assert [f.tie for f in ranked] == [True, True, False]  # read against the winner that passed
+    assert rank_checked(entrants, samples, lambda _entrant: False) == []
 
 
 def test_a_speed_up_is_read_off_one_final_where_the_reference_was_timed_in_it() -> None:

@@ -22,8 +22,10 @@ from autosched.measure import MeasureConfig
 from autosched.measure.child import ChildDied
 from autosched.records import (
     BASELINE_TRACE,
+    ErrorKind,
     JobStatus,
     Lease,
+    MeasureResult,
     ReportedResult,
     RetimedEntrant,
     WorkloadRef,
@@ -307,6 +309,58 @@ def test_a_worker_whose_rounds_fail_reports_the_final_untimed(log: TuningLog) ->
     final = JobStore(log).job(job).final
     assert final is not None and final.state == "failed"
     assert final.reason == "no entrant could be timed again"
+
+
+class _ScriptedRetimer:
+    """A measurer whose rounds time each trace at its scripted seconds, and whose checks fail
+    for the traces named ``wrong``; it records what it was asked to check."""
+
+    def __init__(self, secs: dict[str, float], wrong: set[str]) -> None:
+        self.secs, self.wrong = secs, wrong
+        self.prepared: list[list[str]] = []
+        self.verified: list[str] = []
+
+    def verify(self, workload: WorkloadRef, trace: str, seed: int) -> MeasureResult | None:
+        self.verified.append(trace)
+        wrong = MeasureResult(error_kind=ErrorKind.INCORRECT, error_msg="outputs differ")
+        return wrong if trace in self.wrong else None
+
+    def retime(self, workload: WorkloadRef, traces: Sequence[str], rounds: int) -> list:
+        return [[self.secs[trace]] * rounds for trace in traces]
+
+    def prepare_checks(self, workload: WorkloadRef, traces: Sequence[str]) -> None:
+        self.prepared.append(list(traces))
+
+
+def test_a_worker_checks_the_finalists_in_their_ranking_until_one_passes(log: TuningLog) -> None:
+    singles = {
+        '["wrong"]': (0.5e-3, False),
+        '["fast"]': (1.0e-3, True),
+        '["unchecked"]': (1.2e-3, False),
+        BASELINE_TRACE: (9.0e-3, True),
+    }
+    job = _measured_job(log, singles, finalists=3)
+    Finals(log).plan(job)
+    worker, lease = _final_lease(log)
+    assert lease.final is not None and len(lease.final.entrants) == 4
+    measurer = _ScriptedRetimer(
+        {'["wrong"]': 0.4e-3, '["fast"]': 1e-3, '["unchecked"]': 1.1e-3, BASELINE_TRACE: 9e-3},
+        wrong={'["wrong"]'},
+    )
+    retimed = time_final(measurer, lease.final)  # type: ignore[arg-type]
+    # the fastest re-timed is checked and fails; the verified one after it wins unchecked, and
+    # the one ranked after the winner is never checked
+    assert measurer.prepared == [['["wrong"]']] and measurer.verified == ['["wrong"]']
+    by_trace = {e.trace_json: r for e, r in zip(lease.final.entrants, retimed, strict=True)}
+    assert by_trace['["wrong"]'].samples == () and not by_trace['["wrong"]'].verified
+    assert len(by_trace['["unchecked"]'].samples) == 4 and not by_trace['["unchecked"]'].verified
+    assert LeaseQueue(log).report_final(worker, lease.id, retimed)
+    finalists = FinalistStore(log).of_job(job)
+    assert [f.trace_json for f in finalists] == ['["fast"]', '["unchecked"]', BASELINE_TRACE]
+    records = {r.trace_json: r for r in log.records(*_subject(log, job))}
+    best = log.best(*_subject(log, job))
+    assert best is not None and best.program_hash == 'hash["fast"]'
+    assert not records['["unchecked"]'].verified  # a finalist after the winner stays unchecked
 
 
 def _subject(log: TuningLog, job_id: int) -> tuple[int, int]:

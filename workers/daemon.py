@@ -20,6 +20,8 @@ from typing import Protocol, TypeVar
 
 from autosched.background import MAX_BACKOFF_SECS, BackgroundLoop
 from autosched.errors import Cancelled, ServiceUnavailable
+from autosched.finals.checks import check_in_rank_order
+from autosched.finals.ranking import Entrant
 from autosched.measure import CorrectnessGate, LocalMeasurer, MeasureConfig, Measurer, Retimer
 from autosched.measure.child import ChildDied, ChildTimeout, RequestFailed
 from autosched.records import (
@@ -206,31 +208,35 @@ def measure_lease(
 
 
 def time_final(measurer: Measurer, final: LeasedFinal) -> list[RetimedEntrant]:
-    """Check the output of each entrant of a final never verified, then time the correct ones
-    again side by side (``Retimer.retime``). An entrant whose output is wrong gets no samples; a
-    measurer that cannot time candidates again, or a round that fails, times none."""
+    """Time the entrants of a final again side by side (``Retimer.retime``), then check the
+    output of those never verified in their ranking until one passes (as the server ranks them,
+    ``autosched.finals.checks``): one whose output is wrong gets no samples, those ranked after
+    the first correct one are not checked. A measurer that cannot time candidates again, or a
+    round that fails, times none."""
     if not isinstance(measurer, Retimer):
         return [RetimedEntrant(e.candidate_id, (), False) for e in final.entrants]
-    unverified = [entrant.trace_json for entrant in final.entrants if not entrant.verified]
-    measurer.prepare_checks(final.workload, unverified)
-    checked = {
-        entrant.candidate_id: measurer.verify(final.workload, entrant.trace_json, final.seed)
-        is None
-        for entrant in final.entrants
-        if not entrant.verified
-    }
-    correct = [e for e in final.entrants if checked.get(e.candidate_id, True)]
+    traces = [e.trace_json for e in final.entrants]
     try:
-        samples = measurer.retime(final.workload, [e.trace_json for e in correct], final.rounds)
+        samples = measurer.retime(final.workload, traces, final.rounds)
     except (ChildDied, ChildTimeout, RequestFailed) as error:  # the final fails, the worker lives
         logger.warning(
             "final %d of job %d: a round failed: %s", final.final_id, final.job_id, error
         )
-        samples = [[] for _ in correct]
-    timed = {e.candidate_id: tuple(taken) for e, taken in zip(correct, samples, strict=True)}
+        return [RetimedEntrant(e.candidate_id, (), False) for e in final.entrants]
+    _finalists, outcomes = check_in_rank_order(
+        measurer,
+        final.workload,
+        [Entrant(str(e.candidate_id), e.trace_json, 0.0) for e in final.entrants],
+        samples,
+        {str(e.candidate_id) for e in final.entrants if e.verified},
+        final.seed,
+    )
+    checked = {int(name): passed for name, passed in outcomes.items()}
     return [
         RetimedEntrant(
-            e.candidate_id, timed.get(e.candidate_id, ()), checked.get(e.candidate_id, False)
+            e.candidate_id,
+            tuple(taken) if checked.get(e.candidate_id, True) else (),
+            checked.get(e.candidate_id, False),
         )
-        for e in final.entrants
+        for e, taken in zip(final.entrants, samples, strict=True)
     ]

@@ -8,15 +8,17 @@ falls on all of them alike). The winner has the lowest re-timed median; a finali
 overlaps the winner's is a tie: the measurements cannot tell them apart. The untuned program
 enters the final as the reference: a speed-up is then two medians of one timing, and where no
 tuned candidate beats it, the untuned program wins. A program, tuned or not, many times slower
-than the fastest correct entrant stays out (`enters_final`): it cannot win, and timing it in
-every round would cost more than the rest of the final.
+than the fastest verified entrant stays out (`enters_final`): it cannot win, and timing it in
+every round would cost more than the rest of the final. Only the winner becomes a best record,
+so only its output must be shown correct: the finalists are checked in their ranking until one
+passes, and one that fails is left out (`rank_checked`).
 """
 
 from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from autosched.records import BASELINE_TRACE, RecordView
@@ -131,13 +133,28 @@ def contenders(records: Iterable[RecordView]) -> tuple[list[RecordView], RecordV
 
 
 def enters_final(single_secs: float | None, fastest_secs: float | None) -> bool:
-    """Whether a program of single shot ``single_secs`` enters a final whose fastest correct
+    """Whether a program of single shot ``single_secs`` enters a final whose fastest verified
     entrant's single shot is ``fastest_secs`` (None: not known yet); see ``ENTRY_SPAN``. One left
     out cannot win (a slow spell only ever slows a timing down); an untuned program left out
     makes the speed-up the single shots'."""
     if single_secs is None or fastest_secs is None:
         return True
     return single_secs <= max(ENTRY_SPAN * fastest_secs, ENTRY_FLOOR_SECS)
+
+
+def entrants_of(
+    tuned: Sequence[RecordView], untuned: RecordView | None, finalists: int
+) -> list[RecordView]:
+    """The records that enter a final of ``finalists`` tuned entrants, from a workload's
+    `contenders`: the fastest tuned candidates, then the untuned program, those `enters_final`
+    lets in. The fastest verified candidate sets the pace: one never verified may fail its check.
+    """
+    fastest = next((record.median_secs for record in tuned if record.verified), None)
+    return [
+        record
+        for record in [*tuned[:finalists], *([untuned] if untuned is not None else [])]
+        if enters_final(record.median_secs, fastest)
+    ]
 
 
 def rank_finalists(
@@ -169,6 +186,31 @@ def rank_finalists(
         )
         for (entrant, taken), interval in zip(timed, intervals, strict=True)
     ]
+
+
+def rank_checked(
+    entrants: Sequence[Entrant],
+    samples: Sequence[Sequence[float]],
+    correct: Callable[[Entrant], bool],
+) -> list[Finalist]:
+    """`rank_finalists`, with a winner whose output is correct: ``correct`` is asked of the
+    finalists in their ranking until one passes, and those that fail are left out (ties are
+    then read against the winner that passed). The finalists after the winner are not asked:
+    only the winner becomes a best record, and a check costs a build and a run. None where no
+    finalist passes."""
+    ranked = rank_finalists(entrants, samples)
+    by_hash = {entrant.program_hash: entrant for entrant in entrants}
+    wrong: set[str] = set()
+    for finalist in ranked:
+        if correct(by_hash[finalist.program_hash]):
+            break
+        wrong.add(finalist.program_hash)
+    else:
+        return []
+    if not wrong:
+        return ranked
+    kept = [(e, s) for e, s in zip(entrants, samples, strict=True) if e.program_hash not in wrong]
+    return rank_finalists([e for e, _ in kept], [s for _, s in kept])
 
 
 def side_by_side(finalists: Sequence[Finalist], reference_trace: str) -> tuple[float, float] | None:

@@ -4,11 +4,11 @@ target, and ranked into the job's finalists (``autosched.finals.ranking``).
 
 A job submitted with finalists has a final from the start, ``pending`` while it searches. The
 engine that drives the job plans it once nothing of the job is left with the workers: it picks
-the entrants as ``autosched tune`` does (the fastest correct tuned candidates, then the untuned
-program, those `enters_final` lets in) and queues it; the job stays running until its
-final has ended. The first worker of the target that asks for work leases it, before any
-candidate (a final ends a job), checks the output of every entrant never verified, times the
-entrants in rounds and reports their samples.
+the entrants as ``autosched tune`` does (``autosched.finals.ranking.entrants_of``) and queues
+it; the job stays running until its final has ended. The first worker of the target that asks
+for work leases it, before any candidate (a final ends a job), times the entrants in rounds,
+checks the output of those never verified in their ranking until one passes (one that fails
+gets no samples) and reports their samples.
 The report is one transaction: the finalists are stored, the entrants whose output the worker
 checked become verified, and the winner becomes the best record of the workload and target.
 
@@ -16,7 +16,9 @@ Contract:
     * Claiming a final is one statement, as claiming candidates is (``autosched.log.leases``):
       two workers never time one final.
     * An entrant that was never verified can win only if the report says its output was checked
-      and matched; without that it is left out.
+      and matched; one ranked before the first that was is left out
+      (``autosched.finals.ranking.rank_checked``). Entrants ranked after the winner are
+      finalists whether or not they were checked: none of them becomes the best record.
     * A final whose lease expires goes back to the queue with a strike and fails at its second;
       its job then ends with its single-shot best, as a job without a final does.
     * A report is taken once: a report for a final no longer held by that lease changes nothing.
@@ -31,7 +33,7 @@ from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from autosched.errors import UserError
-from autosched.finals.ranking import Entrant, contenders, enters_final, rank_finalists
+from autosched.finals.ranking import Entrant, contenders, entrants_of, rank_checked
 from autosched.finals.timings import FinalistStore
 from autosched.log.queries import record_view
 from autosched.log.store import LogStore
@@ -87,14 +89,8 @@ class Finals(LogStore):
             job = session.get(TuningJob, job_id)
             assert job is not None
             subject, finalists = (job.workload_id, job.target_id), final.finalists
-        tuned, untuned = contenders(self._log.records(*subject))
-        # the fastest verified candidate sets the pace (one never verified may fail its check)
-        fastest = next((record.median_secs for record in tuned if record.verified), None)
-        entrants = [
-            record.candidate_id
-            for record in [*tuned[:finalists], *([untuned] if untuned is not None else [])]
-            if enters_final(record.median_secs, fastest)
-        ]
+        records = entrants_of(*contenders(self._log.records(*subject)), finalists)
+        entrants = [record.candidate_id for record in records]
         with self._log.sessions.begin() as session:
             planned = session.scalar(
                 select(Final)
@@ -202,20 +198,17 @@ class Finals(LogStore):
         job = session.get(TuningJob, final.job_id)
         assert job is not None
         by_id = {entrant.candidate_id: entrant for entrant in retimed}
-        entrants: list[Entrant] = []
-        samples: list[tuple[float, ...]] = []
-        checked: list[str] = []
-        for record in _entrant_records(session, final.entrants):
-            taken = by_id.get(record.candidate_id)
-            if taken is None or not (record.verified or taken.verified):
-                continue  # not timed, or never shown to compute the right answer
-            if taken.verified and not record.verified:
-                checked.append(record.program_hash)
-            entrants.append(
-                Entrant(record.program_hash, record.trace_json, record.median_secs or 0)
-            )
-            samples.append(taken.samples)
-        finalists = rank_finalists(entrants, samples)
+        records = [r for r in _entrant_records(session, final.entrants) if r.candidate_id in by_id]
+        entrants = [Entrant(r.program_hash, r.trace_json, r.median_secs or 0) for r in records]
+        verified = {r.program_hash: r.verified or by_id[r.candidate_id].verified for r in records}
+        finalists = rank_checked(
+            entrants,
+            [by_id[r.candidate_id].samples for r in records],
+            lambda entrant: verified[entrant.program_hash],
+        )
+        checked = [
+            r.program_hash for r in records if by_id[r.candidate_id].verified and not r.verified
+        ]
         if not finalists:
             _end(final, FinalState.FAILED, "no entrant could be timed again")
             return True

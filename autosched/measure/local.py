@@ -200,9 +200,9 @@ class LocalMeasurer:
 
     def prepare_checks(self, workload: WorkloadRef, traces: Sequence[str]) -> None:
         """Build, on every builder at once, the libraries that `verify` will run for ``traces``
-        (a final's entrants never verified), where it cannot run the library timed: one built
-        with its weights packed ahead, or none kept. Checked one by one, a model's task's final
-        built them one at a time while the other builder waited."""
+        (the finalists a final may check, ``autosched.finals.checks``), where it cannot run the
+        library timed: one built with its weights packed ahead, or none kept. Checked one by one,
+        they would be built one at a time while the other builders wait."""
         needed = [
             trace
             for trace in dict.fromkeys(traces)

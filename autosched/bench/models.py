@@ -321,6 +321,7 @@ def bench_models(
     db_url: str | None = None,
     seed: int = 0,
     stock: bool = True,
+    rounds: int = MODEL_REPEATS,
     work_dir: Path | None = None,
     on_step: Callable[[str], None] | None = None,
     on_row: Callable[[ModelRow], None] | None = None,
@@ -328,7 +329,8 @@ def bench_models(
     """Tune, build and time each of ``models`` with every contender; see the module's docstring.
 
     autosched tunes into ``db_url`` (continuing what is there) or a throw-away log. Without
-    ``stock``, stock TVM is left out (its fixed start-up alone is about a minute). The models'
+    ``stock``, stock TVM is left out (its fixed start-up alone is about a minute). The
+    contenders are timed in ``rounds`` rounds (``MODEL_REPEATS``, unless told). The models'
     files, libraries and stock TVM's MetaSchedule logs and database are kept in ``work_dir``
     (a new or empty folder; a folder per model in it) where given. ``on_step`` hears what is being
     done, ``on_row`` each model's row as it is done.
@@ -348,7 +350,7 @@ def bench_models(
                 model_work = Path(work) / bench_model.name
                 model_work.mkdir()
                 bench = _ModelBench(bench_model, target, model_work, threads, on_step)
-                row = bench.run(log, trials, seed, cpu, stock=stock)
+                row = bench.run(log, trials, seed, cpu, stock=stock, rounds=rounds)
                 rows.append(row)
                 if on_row is not None:
                     on_row(row)
@@ -396,7 +398,9 @@ class _ModelBench:
         self.tensors = tuple(torch.from_numpy(array) for array in self.inputs)
         self.expected = self.model.reference(self.inputs) if self.model.reference else []
 
-    def run(self, log: TuningLog, trials: int, seed: int, cpu: str, *, stock: bool) -> ModelRow:
+    def run(
+        self, log: TuningLog, trials: int, seed: int, cpu: str, *, stock: bool, rounds: int
+    ) -> ModelRow:
         report, library, autosched_secs = self._autosched(log, trials, seed)
         deployed, deployed_note = self._deployed(library)
         stock_tvm, stock_secs, stock_note = (
@@ -417,7 +421,7 @@ class _ModelBench:
         self._step("timing every contender side by side")
         timings, placements = time_side_by_side(
             {name: run for name, (run, _note) in inferences.items() if run is not None},
-            MODEL_REPEATS,
+            rounds,
             between=lambda: placement(self.target),
         )
         latencies = [

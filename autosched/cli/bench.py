@@ -273,6 +273,15 @@ def models(
             help="Tune with stock TVM too (its fixed start-up alone is about a minute).",
         ),
     ] = True,
+    rounds: Annotated[
+        int,
+        typer.Option(
+            min=5,
+            max=1000,
+            help="Rounds of timing, each one repeat of every contender (fewer: a quicker, "
+            "noisier comparison).",
+        ),
+    ] = 10,  # autosched.bench.models.MODEL_REPEATS
     work_dir: Annotated[
         Path | None,
         typer.Option(
@@ -304,6 +313,7 @@ def models(
             db_url=db,
             seed=seed,
             stock=stock,
+            rounds=rounds,
             work_dir=work_dir,
             on_step=None if as_json else lambda step: _err.print(escape(step), highlight=False),
             on_row=None if as_json else _print_model_row,

@@ -59,13 +59,12 @@ def test_the_smallest_corpus_model_has_every_contender_timed_or_a_reason(
     from autosched.runtime import read_manifest
     from autosched.target import host_target
 
-    monkeypatch.setattr(models, "MODEL_REPEATS", 3)  # the untuned encoder takes ~0.5 s a call
     monkeypatch.setenv("TVM_NUM_THREADS", "1")  # restored after the bench sets it
     (chosen,) = models.chosen_models("transformer_encoder", corpus=True)
     target = host_target()
     (row,) = models.bench_models(
-        [chosen], target, trials=2, stock=False, work_dir=tmp_path / "kept"
-    )
+        [chosen], target, trials=2, stock=False, rounds=3, work_dir=tmp_path / "kept"
+    )  # 3 rounds: the untuned encoder takes ~0.5 s a call
     # the ONNX exporter's progress lines stay off stdout, which carries `--json`'s document
     assert "[torch.onnx]" not in capsys.readouterr().out
     work = tmp_path / "kept" / "transformer_encoder"

@@ -4,7 +4,6 @@ and real re-timing of built candidates side by side."""
 from __future__ import annotations
 
 import random
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -185,14 +184,13 @@ def test_a_measurer_of_two_workloads_re_times_each_ones_own_program() -> None:
     assert max(large_samples) > large_result.median / 3
 
 
-def _recorded_builds(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
-    """The builds every measurer makes from now on, each as its trace and the thread it ran on;
-    they build as they would."""
-    builds: list[tuple[str, str]] = []
+def _recorded_builds(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The traces of the builds every measurer makes from now on; they build as they would."""
+    builds: list[str] = []
     build = LocalMeasurer._build
 
     def building(self: LocalMeasurer, workload: Any, trace: str, *args: Any, **kwargs: Any) -> Any:
-        builds.append((trace, threading.current_thread().name))
+        builds.append(trace)
         return build(self, workload, trace, *args, **kwargs)
 
     monkeypatch.setattr(LocalMeasurer, "_build", building)
@@ -218,7 +216,7 @@ def test_a_measurer_re_times_the_first_of_a_models_many_workloads_without_buildi
 
 
 @pytest.mark.slow  # builds three programs of a small matmul and checks them
-def test_the_programs_a_final_checks_are_built_ahead_side_by_side_and_not_again(
+def test_a_check_builds_a_program_never_timed_and_runs_a_timed_one_as_it_was_built(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     workload = get_workload("matmul", {"M": 16, "N": 16, "K": 16})
@@ -228,16 +226,17 @@ def test_the_programs_a_final_checks_are_built_ahead_side_by_side_and_not_again(
     builds = _recorded_builds(monkeypatch)
     measurer = LocalMeasurer(target, MeasureConfig(min_repeat_ms=1, repeat=1, builders=2))
     try:
-        measurer.prepare_checks(workload.ref, traces)
-        built_ahead = list(builds)
         checks = [measurer.verify(workload.ref, trace, seed=0) for trace in traces]
+        built_to_check = list(builds)
+        (timed,) = measurer.measure(workload.ref, traces[:1])
+        again = measurer.verify(workload.ref, traces[0], seed=0)
     finally:
         measurer.close()
     assert len(traces) == 3 and checks == [None, None, None]
-    assert len(built_ahead) == 3 and sorted(trace for trace, _ in built_ahead) == sorted(traces)
-    assert builds == built_ahead  # checking built nothing more
-    threads = {thread for _, thread in built_ahead}
-    assert threading.main_thread().name not in threads  # on the builders' threads
+    assert len(built_to_check) == 3 and sorted(built_to_check) == sorted(traces)
+    # the library timed (no weights packed ahead here) is the one checked: no build more
+    assert timed.ok and again is None
+    assert builds == [*built_to_check, traces[0]]
 
 
 @pytest.mark.slow  # a search of a few candidates, then their re-timing

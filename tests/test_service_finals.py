@@ -294,9 +294,6 @@ class _DyingRetimer:
     def retime(self, workload: WorkloadRef, traces: Sequence[str], rounds: int) -> list:
         raise ChildDied("the runner died (signal 11)")
 
-    def prepare_checks(self, workload: WorkloadRef, traces: Sequence[str]) -> None:
-        pass
-
 
 def test_a_worker_whose_rounds_fail_reports_the_final_untimed(log: TuningLog) -> None:
     job = _measured_job(log, SINGLES)
@@ -317,7 +314,6 @@ class _ScriptedRetimer:
 
     def __init__(self, secs: dict[str, float], wrong: set[str]) -> None:
         self.secs, self.wrong = secs, wrong
-        self.prepared: list[list[str]] = []
         self.verified: list[str] = []
 
     def verify(self, workload: WorkloadRef, trace: str, seed: int) -> MeasureResult | None:
@@ -327,9 +323,6 @@ class _ScriptedRetimer:
 
     def retime(self, workload: WorkloadRef, traces: Sequence[str], rounds: int) -> list:
         return [[self.secs[trace]] * rounds for trace in traces]
-
-    def prepare_checks(self, workload: WorkloadRef, traces: Sequence[str]) -> None:
-        self.prepared.append(list(traces))
 
 
 def test_a_worker_checks_the_finalists_in_their_ranking_until_one_passes(log: TuningLog) -> None:
@@ -350,7 +343,7 @@ def test_a_worker_checks_the_finalists_in_their_ranking_until_one_passes(log: Tu
     retimed = time_final(measurer, lease.final)  # type: ignore[arg-type]
     # the fastest re-timed is checked and fails; the verified one after it wins unchecked, and
     # the one ranked after the winner is never checked
-    assert measurer.prepared == [['["wrong"]']] and measurer.verified == ['["wrong"]']
+    assert measurer.verified == ['["wrong"]']
     by_trace = {e.trace_json: r for e, r in zip(lease.final.entrants, retimed, strict=True)}
     assert by_trace['["wrong"]'].samples == () and not by_trace['["wrong"]'].verified
     assert len(by_trace['["unchecked"]'].samples) == 4 and not by_trace['["unchecked"]'].verified

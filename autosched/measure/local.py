@@ -58,8 +58,6 @@ class Retimer(Protocol):
         self, workload: WorkloadRef, traces: Sequence[str], rounds: int
     ) -> list[list[float]]: ...
 
-    def prepare_checks(self, workload: WorkloadRef, traces: Sequence[str]) -> None: ...
-
 
 _Program = tuple[str, str]
 """A candidate program: its workload's key and its trace. A trace alone does not name a program:
@@ -131,8 +129,6 @@ class LocalMeasurer:
         self._artifacts: dict[_Program, str] = {}  # its library in this batch
         self._builds: dict[str, Built] = {}  # library: how it was built
         self._verify_builds = 0
-        # per program, the library `verify` runs built ahead (`prepare_checks`), or why it failed
-        self._checks: dict[_Program, str | MeasureResult] = {}
         self._keep = keep
         # per workload key, least recently measured first: trace -> (median, artifact)
         self._fastest: dict[str, dict[str, tuple[float, str]]] = {}
@@ -179,12 +175,14 @@ class LocalMeasurer:
         started_at = _now()
         artifact = self._timed_library_to_check(workload, trace)
         if artifact is None:
-            outcome = self._checks.pop((workload.key, trace), None) or self._build_check(
-                workload, trace, self._check_name()
-            )
+            # checked as it packs its weights itself; each build has a name of its own (a process
+            # loads a library path once)
+            self._verify_builds += 1
+            name = f"verify-{self._verify_builds}"
+            outcome = self._build(workload, trace, name, prepacked=False)
             if isinstance(outcome, MeasureResult):
                 return outcome
-            artifact = outcome
+            artifact = str(self._workdir / f"batch-{self._batch}" / f"{name}.so")
         request = VerifyRequest(workload, artifact, self._target, seed, self._config.device_index)
         try:
             mismatch = self._runner.call(request, self._config.run_timeout_secs)
@@ -198,45 +196,12 @@ class LocalMeasurer:
             return _failure(ErrorKind.INCORRECT, mismatch, started_at)
         return None
 
-    def prepare_checks(self, workload: WorkloadRef, traces: Sequence[str]) -> None:
-        """Build, on every builder at once, the libraries that `verify` will run for ``traces``
-        (the finalists a final may check, ``autosched.finals.checks``), where it cannot run the
-        library timed: one built with its weights packed ahead, or none kept. Checked one by one,
-        they would be built one at a time while the other builders wait."""
-        needed = [
-            trace
-            for trace in dict.fromkeys(traces)
-            if (workload.key, trace) not in self._checks
-            and self._timed_library_to_check(workload, trace) is None
-        ]
-        names = [self._check_name() for _ in needed]
-        with ThreadPoolExecutor(max_workers=len(self._all_builders)) as pool:
-            built = pool.map(
-                lambda item: self._build_check(workload, *item), zip(needed, names, strict=True)
-            )
-            for trace, outcome in zip(needed, built, strict=True):
-                self._checks[workload.key, trace] = outcome
-
     def _timed_library_to_check(self, workload: WorkloadRef, trace: str) -> str | None:
         """The library timed for the program, of this batch or kept, where `verify` may run it:
         one built with its weights packed ahead is checked as it packs them itself."""
         kept = self._fastest.get(workload.key, {}).get(trace)
         artifact = self._artifacts.get((workload.key, trace)) or (kept[1] if kept else None)
         return None if artifact is None or self._builds[artifact].prepacked else artifact
-
-    def _check_name(self) -> str:
-        """A name for a library built to be checked: each its own (a process loads a library
-        path once)."""
-        self._verify_builds += 1
-        return f"verify-{self._verify_builds}"
-
-    def _build_check(self, workload: WorkloadRef, trace: str, name: str) -> str | MeasureResult:
-        """Build the program as `verify` runs it (its weights packed by itself) into ``name``:
-        the library's path, or the failure."""
-        outcome = self._build(workload, trace, name, prepacked=False)
-        if isinstance(outcome, MeasureResult):
-            return outcome
-        return str(self._workdir / f"batch-{self._batch}" / f"{name}.so")
 
     def retime(
         self, workload: WorkloadRef, traces: Sequence[str], rounds: int
@@ -328,7 +293,6 @@ class LocalMeasurer:
         (self._workdir / f"batch-{self._batch}").mkdir()
         sandbox.give_to_sandbox(self._workdir / f"batch-{self._batch}")
         self._artifacts = {}
-        self._checks = {}
 
     def _build(
         self, workload: WorkloadRef, trace: str, name: str, *, prepacked: bool = True

@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -17,7 +18,7 @@ from helpers import host_pid, wait_for
 from autosched.admission import COLD_CACHE, program_json
 from autosched.measure import LocalMeasurer, MeasureConfig
 from autosched.measure.child import ChildDied, ChildProcess, ChildTimeout, RequestFailed
-from autosched.measure.program import BuildRequest
+from autosched.measure.program import ESTIMATE_CALLS, BuildRequest, fastest_call_ms
 from autosched.measure.serving import Request
 from autosched.records import BASELINE_TRACE, ErrorKind
 from autosched.schedule import trace_to_json
@@ -155,6 +156,30 @@ def test_a_workload_timed_cold_is_timed_one_flushed_call_a_sample(matmul) -> Non
         measurer.close()
     assert warm_result.ok and len(warm_result.samples) == 2
     assert cold_result.ok and len(cold_result.samples) == 9
+
+
+def test_a_cold_timings_estimate_of_a_call_outlasts_one_call_that_waited_for_its_core() -> None:
+    # the warm-up call waited 1.5 ms for its core (a busy machine): the calls after it, while
+    # they fit in the 2 ms budget, show the kernel takes microseconds
+    waits = iter([1.5e-3, 0.0, 0.0, 0.0])
+    calls: list[float] = []
+
+    def call() -> None:
+        wait = next(waits)
+        calls.append(wait)
+        time.sleep(wait)
+
+    assert fastest_call_ms(call, warmup=1, budget_ms=2.0) < 1.0
+    assert len(calls) == ESTIMATE_CALLS
+    # a kernel slower than the budget is called no more than its warm-up asks
+    slow: list[int] = []
+
+    def slow_call() -> None:
+        slow.append(1)
+        time.sleep(3e-3)
+
+    assert fastest_call_ms(slow_call, warmup=1, budget_ms=2.0) >= 3.0
+    assert len(slow) == 1
 
 
 def test_crashing_and_hanging_candidates_are_recorded_and_the_batch_goes_on(matmul) -> None:

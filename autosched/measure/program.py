@@ -19,6 +19,7 @@ from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
 
 from autosched.intrinsics import use_tensor_intrinsics
 from autosched.measure.config import MeasureConfig
+from autosched.measure.gathers import check_gathers
 from autosched.records import WorkloadRef
 from autosched.schedule import apply_trace
 from autosched.target import to_tvm_target
@@ -94,6 +95,8 @@ class BuildRequest:
     program takes the weight packed or transformed, as a deployed model prepares its weights once,
     outside the calls; without it (to check the result) the program takes the weight as the
     workload does and prepares it itself.
+
+    A CPU program that LLVM may take minutes to build is refused first (`check_gathers`).
     """
 
     workload: WorkloadRef
@@ -113,6 +116,8 @@ class BuildRequest:
             # a packed layout can keep the shape (a transpose): the packing block tells
             prepacked = not tvm_ffi.structural_equal(packed, mod)
             mod = packed
+        if self.target.get("kind") == "llvm":
+            check_gathers(mod["main"])
         tvm.compile(mod, target=to_tvm_target(self.target)).export_library(self.artifact_path)
         args = tuple(buffer_args(mod["main"], workload.name))
         return Built(time.perf_counter() - start, args, prepacked)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from helpers import Cli
+from test_bench_models import CONTENDERS, ROW_FIELDS
 
 CORPUS_LISTING = (
     "corpus models: transformer_encoder, bert, gpt2, t5_encoder, llama, wav2vec2, squeezenet1_1, "
@@ -53,39 +54,56 @@ def test_a_corpus_whose_package_is_missing_names_the_install_command(
 
 @pytest.mark.slow
 def test_the_smallest_corpus_model_has_every_contender_timed_or_a_reason(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from autosched.bench import models
+    from autosched.bench.models import STOCK_LEFT_OUT
     from autosched.runtime import read_manifest
-    from autosched.target import host_target
 
     monkeypatch.setenv("TVM_NUM_THREADS", "1")  # restored after the bench sets it
-    (chosen,) = models.chosen_models("transformer_encoder", corpus=True)
-    target = host_target()
-    (row,) = models.bench_models(
-        [chosen], target, trials=2, stock=False, rounds=3, work_dir=tmp_path / "kept"
-    )  # 3 rounds: the untuned encoder takes ~0.5 s a call
-    # the ONNX exporter's progress lines stay off stdout, which carries `--json`'s document
-    assert "[torch.onnx]" not in capsys.readouterr().out
-    work = tmp_path / "kept" / "transformer_encoder"
+    result = cli(
+        "bench", "models", "--corpus", "--models", "transformer_encoder", "--trials", "2",
+        "--no-stock", "--rounds", "5", "--json", "--work-dir", "kept",
+    )  # fmt: skip
+    assert result.code == 0, result.err
+    # stdout is `--json`'s document alone: the ONNX exporter's progress lines stay off it
+    document = json.loads(result.out)
+    assert document["trials"] == 2 and document["target"]["kind"] == "llvm"
+    (row,) = document["rows"]
+    assert set(row) == ROW_FIELDS
+    assert row["model"] == "transformer_encoder" and row["trials"] == 2 and row["tasks"] >= 5
+    assert row["threads"] == document["target"]["num-cores"]
+    assert f"{row['threads']} cores" in row["cpu"]
+    assert 0 < row["autosched_trials"] <= 2
+    assert row["autosched_tune_secs"] > 0 and row["stock_tune_secs"] is None
+    assert 0 <= row["max_abs_error"] < 1e-3  # the tuned model's outputs match PyTorch eager's
+    assert row["slowest_task"] and 0 < row["slowest_task_us"] <= row["estimated_us"]
     # ONNX Runtime runs the file autosched tuned; the library is loaded by its manifest
+    work = tmp_path / "kept" / "transformer_encoder"
     assert (work / "transformer_encoder.onnx").is_file()
     manifest = read_manifest(work / "autosched" / "transformer_encoder.so")
-    assert manifest.kind == "model" and manifest.threads == target["num-cores"]
+    assert manifest.kind == "model" and manifest.threads == document["target"]["num-cores"]
     assert manifest.document["source"]["path"] == str((work / "transformer_encoder.onnx").resolve())
-    document = row.as_json()
-    assert document["model"] == "transformer_encoder" and document["tasks"] >= 5
-    assert 0 < document["autosched_trials"] <= 2 and document["stock_tune_secs"] is None
-    latency = document["latency"]
-    assert latency.pop("tvm_metaschedule")["note"] == models.STOCK_LEFT_OUT
+    latency = row["latency"]
+    assert set(latency) == CONTENDERS
+    assert latency.pop("tvm_metaschedule")["note"] == STOCK_LEFT_OUT
     for name, timed in latency.items():
-        assert timed["median_us"] is not None or timed["note"], name
-        if timed["median_us"] is not None:
-            low, high = timed["interval_us"]
-            assert low <= timed["median_us"] <= high, name
-            assert len(timed["samples_us"]) == 3
-    assert latency["autosched"]["median_us"] is not None
-    table = models.models_table([row]).splitlines()
-    assert table[2].startswith("| transformer_encoder | ")
-    assert "left out (--no-stock)" in table[-1]
-    json.dumps(document)  # as `--json` writes it
+        assert timed["note"] is None, (name, timed["note"])
+        assert 0 < timed["min_us"] <= timed["median_us"] <= timed["max_us"], name
+        low, high = timed["interval_us"]
+        assert low <= timed["median_us"] <= high, name
+        assert min(timed["samples_us"]) == timed["min_us"]
+    # every contender timed in the same five rounds (the untuned model, were it slower than a
+    # second a call and ten times autosched's, in the first three only); the cores' placement
+    # read after every round
+    rounds = latency["autosched"]["repeats"]
+    for name, timed in latency.items():
+        assert len(timed["samples_us"]) in ((3, 5) if name == "tvm_untuned" else (5,)), name
+    assert len(row["handoff_us"]) == len(row["own_read_us"]) == rounds
+    assert all(us > 0 for us in row["handoff_us"] + row["own_read_us"])
+    placements = row["by_placement"]  # empty where the cores stayed in one placement
+    assert not placements or sum(reading["rounds"] for reading in placements.values()) == rounds
+    ours = latency["autosched"]["median_us"]
+    assert set(row["autosched_speedup"]) == CONTENDERS - {"autosched"}
+    assert row["autosched_speedup"].pop("tvm_metaschedule") is None
+    for name, speedup in row["autosched_speedup"].items():
+        assert speedup == pytest.approx(latency[name]["median_us"] / ours)

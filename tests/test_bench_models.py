@@ -4,7 +4,6 @@ tuner's child stopped with every process it started."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import sys
@@ -12,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import Cli, autosched
+from helpers import Cli
 
 CONTENDERS = {
     "autosched",
@@ -31,44 +30,17 @@ ROW_FIELDS = {
 
 
 @pytest.mark.slow
-def test_a_tiny_run_reports_every_contender_of_the_mlp(tmp_path: Path) -> None:
-    # stock TVM's fixed start-up alone is about a minute: left out here, as the option allows;
-    # the fewest rounds of timing
-    result = autosched(
-        "bench", "models", "--models", "mlp", "--trials", "2", "--no-stock", "--rounds", "5",
-        "--json", "--work-dir", "kept", cwd=tmp_path,
-    )  # fmt: skip
-    assert (tmp_path / "kept" / "mlp" / "mlp.pt2").is_file()  # the model's files are kept
-    document = json.loads(result.stdout)
-    assert document["trials"] == 2 and document["target"]["kind"] == "llvm"
-    (row,) = document["rows"]
-    assert set(row) == ROW_FIELDS
-    assert row["model"] == "mlp" and row["trials"] == 2
-    assert row["threads"] == document["target"]["num-cores"]
-    assert f"{row['threads']} cores" in row["cpu"]
-    assert 0 < row["autosched_trials"] <= 2 and row["tasks"] >= 2
-    assert row["autosched_tune_secs"] > 0 and row["stock_tune_secs"] is None
-    assert 0 <= row["max_abs_error"] < 1e-3  # the tuned model's outputs match PyTorch eager's
-    assert row["slowest_task"] and 0 < row["slowest_task_us"] <= row["estimated_us"]
-    assert set(row["latency"]) == CONTENDERS
-    assert row["latency"].pop("tvm_metaschedule")["note"] == "left out (--no-stock)"
-    for name, latency in row["latency"].items():
-        assert latency["note"] is None, (name, latency["note"])
-        assert 0 < latency["min_us"] <= latency["median_us"] <= latency["max_us"], name
-        assert latency["repeats"] == 5 and len(latency["samples_us"]) == 5
-        assert min(latency["samples_us"]) == latency["min_us"]
-    # every contender timed in the same rounds, the cores' placement read after each
-    assert len({latency["repeats"] for latency in row["latency"].values()}) == 1
-    rounds = row["latency"]["autosched"]["repeats"]
-    assert len(row["handoff_us"]) == len(row["own_read_us"]) == rounds
-    assert all(us > 0 for us in row["handoff_us"] + row["own_read_us"])
-    placements = row["by_placement"]  # empty where the cores stayed in one placement
-    assert not placements or sum(reading["rounds"] for reading in placements.values()) == rounds
-    ours = row["latency"]["autosched"]["median_us"]
-    assert set(row["autosched_speedup"]) == CONTENDERS - {"autosched"}
-    assert row["autosched_speedup"].pop("tvm_metaschedule") is None
-    for name, speedup in row["autosched_speedup"].items():
-        assert speedup == pytest.approx(row["latency"][name]["median_us"] / ours)
+def test_a_zoo_model_is_benched_from_the_pt2_file_it_exports(tmp_path: Path) -> None:
+    """The zoo's side of the bench (its corpus side runs whole in test_bench_corpus.py): the
+    model exported with ``torch.export`` to the file autosched tunes, loaded as it loads it."""
+    from autosched.bench.models import chosen_models
+    from autosched.model.load import load_model
+
+    (mlp,) = chosen_models("mlp", corpus=False)
+    files = mlp.export(tmp_path)
+    assert files.model_file == tmp_path / "mlp.pt2" and files.onnx_file is None
+    model = load_model(files.model_file)
+    assert [spec.shape for spec in model.inputs] == [tuple(files.example[0].shape)]
 
 
 def test_rounds_timed_near_and_far_are_read_apart() -> None:
@@ -104,6 +76,25 @@ def test_rounds_timed_near_and_far_are_read_apart() -> None:
     always_far = ModelRow(**{**row.__dict__, "placements": (far,) * 5})
     assert always_far.by_placement() == []
     assert always_far.as_json()["by_placement"] == {}
+
+
+def test_the_table_has_a_row_per_model_and_says_why_a_contender_has_no_time() -> None:
+    from autosched.bench.models import Contender, Latency, ModelRow, models_table
+    from autosched.bench.timing import Timing
+
+    timed = Timing((0.010, 0.012, 0.011))
+    latencies = tuple(
+        Latency(contender, None, "left out (--no-stock)")
+        if contender is Contender.STOCK_TVM
+        else Latency(contender, timed)
+        for contender in Contender
+    )
+    row = ModelRow(
+        "resnet18", "", "cpu", 2, 8, 8, 3, latencies, 90.0, None, 0.0, 1.0, "conv2d", 400.0
+    )  # fmt: skip
+    table = models_table([row]).splitlines()
+    assert table[2].startswith("| resnet18 | 3 | 8 (8) | 1.5 / - | 11.00 ")
+    assert table[-1] == "- resnet18, TVM MetaSchedule: left out (--no-stock)"
 
 
 def test_an_unknown_model_is_one_line_and_exit_code_2(cli: Cli) -> None:

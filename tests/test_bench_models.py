@@ -1,6 +1,7 @@
-"""`autosched bench models`: a tiny run's JSON (every contender timed, both tuners' wall time,
-the figures consistent with each other), an unknown model name refused in one line, and the stock
-tuner's child stopped with every process it started."""
+"""`autosched bench models`: the zoo's models exported as the bench takes them, rounds timed near
+and far read apart, the table, an unknown model name refused in one line, and the stock tuner's
+child stopped with every process it started. A whole run of the bench is in
+test_bench_corpus.py."""
 
 from __future__ import annotations
 

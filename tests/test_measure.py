@@ -7,16 +7,17 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from faults import Abort, Fail, FaultyMeasurer, ParentPid, Pid, Sleep, Threads, faulty_matmul
 from helpers import host_pid, wait_for
 
 from autosched.admission import COLD_CACHE, program_json
-from autosched.measure import LocalMeasurer, MeasureConfig
+from autosched.measure import LocalMeasurer, MeasureConfig, program
 from autosched.measure.child import ChildDied, ChildProcess, ChildTimeout, RequestFailed
 from autosched.measure.program import ESTIMATE_CALLS, BuildRequest, fastest_call_ms
 from autosched.measure.serving import Request
@@ -158,28 +159,32 @@ def test_a_workload_timed_cold_is_timed_one_flushed_call_a_sample(matmul) -> Non
     assert cold_result.ok and len(cold_result.samples) == 9
 
 
-def test_a_cold_timings_estimate_of_a_call_outlasts_one_call_that_waited_for_its_core() -> None:
+def test_a_cold_timings_estimate_of_a_call_outlasts_one_call_that_waited_for_its_core(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # the calls advance a clock of their own, so that the suite's load plays no part
+    clock = SimpleNamespace(now=0.0)
+    monkeypatch.setattr(program, "time", SimpleNamespace(perf_counter=lambda: clock.now))
+
+    def calls_taking(secs: list[float]) -> tuple[Callable[[], None], list[float]]:
+        taken: list[float] = []
+        durations = iter(secs)
+
+        def call() -> None:
+            taken.append(next(durations))
+            clock.now += taken[-1]
+
+        return call, taken
+
     # the warm-up call waited 1.5 ms for its core (a busy machine): the calls after it, while
     # they fit in the 2 ms budget, show the kernel takes microseconds
-    waits = iter([1.5e-3, 0.0, 0.0, 0.0])
-    calls: list[float] = []
-
-    def call() -> None:
-        wait = next(waits)
-        calls.append(wait)
-        time.sleep(wait)
-
-    assert fastest_call_ms(call, warmup=1, budget_ms=2.0) < 1.0
-    assert len(calls) == ESTIMATE_CALLS
+    call, taken = calls_taking([1.5e-3, 2e-5, 2e-5, 2e-5])
+    assert fastest_call_ms(call, warmup=1, budget_ms=2.0) == pytest.approx(0.02)
+    assert len(taken) == ESTIMATE_CALLS
     # a kernel slower than the budget is called no more than its warm-up asks
-    slow: list[int] = []
-
-    def slow_call() -> None:
-        slow.append(1)
-        time.sleep(3e-3)
-
-    assert fastest_call_ms(slow_call, warmup=1, budget_ms=2.0) >= 3.0
-    assert len(slow) == 1
+    call, taken = calls_taking([3e-3, 3e-3])
+    assert fastest_call_ms(call, warmup=1, budget_ms=2.0) == pytest.approx(3.0)
+    assert len(taken) == 1
 
 
 def test_crashing_and_hanging_candidates_are_recorded_and_the_batch_goes_on(matmul) -> None:

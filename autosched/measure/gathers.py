@@ -37,8 +37,6 @@ def check_gathers(func: tirx.PrimFunc) -> None:
     """
     analyzer = Analyzer()
     for realize, vector in _blocks_in_wide_unrolled_vectors(func.body, analyzer):
-        for iterator, value in zip(realize.block.iter_vars, realize.iter_values, strict=True):
-            analyzer.bind(iterator.var, value)
         for region in realize.block.reads:
             stride = _stride(region, vector.loop_var, analyzer)
             if stride not in (0, 1):
@@ -54,8 +52,8 @@ def _blocks_in_wide_unrolled_vectors(
     body: tirx.Stmt, analyzer: Analyzer
 ) -> Iterator[tuple[s_tir.SBlockRealize, tirx.For]]:
     """Each block inside a vectorized loop of more than `MAX_GATHER_LANES` lanes that is itself
-    inside a loop annotated to be unrolled, with that vectorized loop; every loop's variable
-    bound to its range in ``analyzer`` on the way."""
+    inside a loop annotated to be unrolled, with that vectorized loop; on the way, every loop's
+    variable is bound in ``analyzer`` to its range and every block's iterators to their values."""
     stack: list[tuple[tirx.Stmt, bool, tirx.For | None]] = [(body, False, None)]
     while stack:
         stmt, unrolled, vector = stack.pop()
@@ -73,6 +71,8 @@ def _blocks_in_wide_unrolled_vectors(
                 vector = stmt
             stack.append((stmt.body, inner_unrolled, vector))
         elif isinstance(stmt, s_tir.SBlockRealize):
+            for iterator, value in zip(stmt.block.iter_vars, stmt.iter_values, strict=True):
+                analyzer.bind(iterator.var, value)
             if unrolled and vector is not None:
                 yield stmt, vector
             stack.append((stmt.block, unrolled, vector))

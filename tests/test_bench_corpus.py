@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -65,6 +66,10 @@ def test_the_smallest_corpus_model_has_every_contender_timed(tmp_path: Path) -> 
     )  # fmt: skip
     # stdout is `--json`'s document alone: the ONNX exporter's progress lines stay off it
     document = json.loads(result.stdout)
+    # and a long run is not silent: each step and each round of tuning is told on stderr
+    assert "transformer_encoder: tuning with autosched (2 trials)" in result.stderr
+    assert re.search(r"transformer_encoder: tuning \S+: \d+ trials? \(\d+ left\)", result.stderr)
+    assert "transformer_encoder: timing every contender side by side" in result.stderr
     assert document["trials"] == 2 and document["target"]["kind"] == "llvm"
     (row,) = document["rows"]
     assert set(row) == ROW_FIELDS

@@ -96,6 +96,36 @@ def test_the_table_has_a_row_per_model_and_says_why_a_contender_has_no_time() ->
     table = models_table([row]).splitlines()
     assert table[2].startswith("| resnet18 | 3 | 8 (8) | 1.5 / - | 11.00 ")
     assert table[-1] == "- resnet18, TVM MetaSchedule: left out (--no-stock)"
+    assert not any(line.startswith("Geometric mean") for line in table)  # one model: no mean
+
+
+def test_over_several_models_the_table_gives_each_peers_geometric_mean() -> None:
+    from autosched.bench.models import (
+        Contender,
+        Latency,
+        ModelRow,
+        geometric_mean_speedups,
+        models_table,
+    )
+    from autosched.bench.timing import Timing
+
+    def row(model: str, ours: float, onnxruntime: float) -> ModelRow:
+        secs = {Contender.AUTOSCHED: ours, Contender.ONNXRUNTIME: onnxruntime}
+        latencies = tuple(
+            Latency(contender, Timing((secs[contender],) * 3))
+            if contender in secs
+            else Latency(contender, None, "not run")
+            for contender in Contender
+        )
+        return ModelRow(model, "", "cpu", 2, 8, 8, 3, latencies, 90.0, None, 0.0, 1.0, "t", 4.0)
+
+    # ONNX Runtime 2x slower on one model and 2x faster on the other: level on the whole
+    rows = [row("a", 0.010, 0.020), row("b", 0.010, 0.005), row("c", 0.010, 0.010)]
+    assert geometric_mean_speedups(rows) == {Contender.ONNXRUNTIME: (pytest.approx(1.0), 3)}
+    assert (
+        "Geometric mean of each peer's median over autosched's: ONNX Runtime 1.00x over 3 models."
+        in models_table(rows).splitlines()
+    )
 
 
 def test_an_unknown_model_is_one_line_and_exit_code_2(cli: Cli) -> None:

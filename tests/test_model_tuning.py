@@ -197,6 +197,8 @@ def test_a_layer_another_model_tuned_is_reused(tuned: TunedModels, cli: Cli) -> 
     result = cli("tune", str(wider), "--trials", "2", "--batch", "2", "--db", tuned.db, "--json")
     assert result.code == 0, result.err
     report = json.loads(result.out)
+    # the rounds are told on stderr with --json too; the reused layer has none
+    assert result.err.count(": 2 trials (") == 1, result.err
     first_layer = {task["workload_key"] for task in tuned.mlp_report["tasks"]}
     reused = [task for task in report["tasks"] if task["workload_key"] in first_layer]
     fresh = [task for task in report["tasks"] if task["workload_key"] not in first_layer]

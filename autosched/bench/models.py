@@ -59,7 +59,13 @@ from autosched.model.compile import (
 )
 from autosched.model.load import Model, load_model
 from autosched.model.tasks import extract_tasks
-from autosched.model.tuning import ModelTuneOptions, ModelTuneReport, TaskOutcome, tune_model
+from autosched.model.tuning import (
+    ModelTuneOptions,
+    ModelTuneReport,
+    TaskOutcome,
+    round_step,
+    tune_model,
+)
 from autosched.target import device_fingerprint
 from autosched.torch_guard import torch_free_environment
 from autosched.workload import mismatch
@@ -464,7 +470,13 @@ class _ModelBench:
         measurer = LocalMeasurer(self.target)
         try:
             report = tune_model(
-                self.model, tasks, self.target, log, measurer, ModelTuneOptions(trials, seed=seed)
+                self.model,
+                tasks,
+                self.target,
+                log,
+                measurer,
+                ModelTuneOptions(trials, seed=seed),
+                on_round=lambda task, trials, left: self._step(round_step(task, trials, left)),
             )
         finally:
             measurer.close()
@@ -635,11 +647,27 @@ SUMMARY_CONTENDERS = (
 """The contenders of the summary table, in its order (TVM untuned is in the rows and the JSON)."""
 
 
+def geometric_mean_speedups(rows: Sequence[ModelRow]) -> dict[Contender, tuple[float, int]]:
+    """Per contender timed beside autosched on at least two of the models: the geometric mean
+    of its median over autosched's, and over how many models."""
+    means = {}
+    for contender in Contender:
+        ratios = [
+            ratio
+            for row in rows
+            if (ratio := row.speedup_over(contender)) is not None and ratio > 0
+        ]
+        if contender is not Contender.AUTOSCHED and len(ratios) > 1:
+            means[contender] = (statistics.geometric_mean(ratios), len(ratios))
+    return means
+
+
 def models_table(rows: Sequence[ModelRow]) -> str:
     """The rows as one Markdown table: per model its budget, both tuners' minutes, each
     contender's median in ms with its confidence interval, ONNX Runtime's median over
     autosched's, and the task that adds most to autosched's latency; then the CPU, and why a
-    contender has no time."""
+    contender has no time; over several models, the geometric mean of each peer over
+    autosched."""
     header = [
         "model", "tasks", "trials (measured)", "tuning min: autosched / stock TVM",
         *(f"{contender.label} ms" for contender in SUMMARY_CONTENDERS),
@@ -682,9 +710,15 @@ def models_table(rows: Sequence[ModelRow]) -> str:
         for contender in SUMMARY_CONTENDERS
         if row.latency(contender).note
     ]
+    means = ", ".join(
+        f"{contender.label} {mean:.2f}x over {count} models"
+        for contender, (mean, count) in geometric_mean_speedups(rows).items()
+    )
+    summary = ["", f"Geometric mean of each peer's median over autosched's: {means}."]
     return "\n".join(
         [
             *lines,
+            *(summary if means else []),
             "",
             f"CPU: {cpus}. Medians of {'/'.join(map(str, rounds)) or '-'} rounds timed side by "
             "side, [low, high] the median's "

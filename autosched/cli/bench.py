@@ -295,7 +295,13 @@ def models(
     """Per model: autosched tuned (its exported library as a deployment loads it), stock TVM tuned
     at the same budget, TVM untuned, PyTorch eager, torch.compile and ONNX Runtime, timed alike on
     this CPU; both tuners' wall time; then one table of every model."""
-    from autosched.bench.models import bench_models, chosen_models, models_table, plot_rows
+    from autosched.bench.models import (
+        bench_models,
+        chosen_models,
+        geometric_mean_speedups,
+        models_table,
+        plot_rows,
+    )
     from autosched.model.compile import OutputMismatch
     from autosched.target import host_target
 
@@ -315,7 +321,8 @@ def models(
             stock=stock,
             rounds=rounds,
             work_dir=work_dir,
-            on_step=None if as_json else lambda step: _err.print(escape(step), highlight=False),
+            # on stderr with --json too: stdout holds the document alone
+            on_step=lambda step: _err.print(escape(step), highlight=False, soft_wrap=True),
             on_row=None if as_json else _print_model_row,
         )
     except OutputMismatch as error:
@@ -331,9 +338,12 @@ def models(
     if plot is not None:
         plot_rows(rows, plot)
     if as_json:
+        means = {
+            contender.value: mean for contender, (mean, _) in geometric_mean_speedups(rows).items()
+        }
         print(json.dumps({"target": target_json, "trials": trials, "rows": [
             row.as_json() for row in rows
-        ]}))  # fmt: skip
+        ], "geometric_mean_speedup": means}))  # fmt: skip
         return
     print(models_table(rows))
 

@@ -62,7 +62,7 @@ def tune_model_file(
     from autosched.model.compile import OutputMismatch
     from autosched.model.load import load_model
     from autosched.model.tasks import extract_tasks
-    from autosched.model.tuning import tune_model
+    from autosched.model.tuning import round_step, tune_model
     from autosched.target import parse_target
 
     target_json = parse_target(target)
@@ -73,14 +73,8 @@ def tune_model_file(
     measurer = LocalMeasurer(target_json, cancel=stop)
 
     def on_round(task: str, trials: int, remaining: int) -> None:
-        if as_json:
-            return
-        if trials:
-            _err.print(
-                f"tuning {escape(task)}: {trials} trials ({remaining} left)", highlight=False
-            )
-        else:
-            _err.print(f"timing the fastest of {escape(task)} again", highlight=False)
+        # on stderr with --json too: stdout holds the document alone
+        _err.print(escape(round_step(task, trials, remaining)), highlight=False, soft_wrap=True)
 
     try:
         with stop_on_signals(stop, "the round in flight is dropped"):

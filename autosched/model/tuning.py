@@ -187,6 +187,13 @@ RoundCallback = Callable[[str, int, int], None]
 0 trials and 0 left, before the task's fastest candidates are timed again."""
 
 
+def round_step(task: str, trials: int, remaining: int) -> str:
+    """What a round about to start does, in a line for a user watching a long run."""
+    if trials:
+        return f"tuning {task}: {trials} trial{'s' if trials > 1 else ''} ({remaining} left)"
+    return f"timing the fastest of {task} again"
+
+
 def tune_model(
     model: Model,
     tasks: Sequence[ModelTask],

@@ -302,6 +302,7 @@ def models(
         models_table,
         plot_rows,
     )
+    from autosched.machine.roofline import UNCALIBRATED_SCHEDULER, load_calibration
     from autosched.model.compile import OutputMismatch
     from autosched.target import host_target
 
@@ -309,6 +310,8 @@ def models(
     if work_dir is not None and work_dir.exists() and any(work_dir.iterdir()):
         raise typer.BadParameter(f"{work_dir} is not empty", param_hint="--work-dir")
     target_json = host_target()
+    if load_calibration(target_json) is None:
+        _err.print(UNCALIBRATED_SCHEDULER, highlight=False, soft_wrap=True)
     # SIGTERM stops the bench as Ctrl-C does, so that the stock tuner's processes go with it.
     previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:

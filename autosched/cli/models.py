@@ -58,6 +58,7 @@ def tune_model_file(
 
     A compiled model whose outputs differ from its framework's is reported and exits with 1.
     """
+    from autosched.machine.roofline import UNCALIBRATED_SCHEDULER, load_calibration
     from autosched.measure import LocalMeasurer
     from autosched.model.compile import OutputMismatch
     from autosched.model.load import load_model
@@ -68,6 +69,8 @@ def tune_model_file(
     target_json = parse_target(target)
     model = load_model(path, inputs)
     tasks = extract_tasks(model, target_json)
+    if load_calibration(target_json) is None:
+        _err.print(UNCALIBRATED_SCHEDULER, highlight=False, soft_wrap=True)
     log = open_log(db, must_exist=False)
     stop = threading.Event()
     measurer = LocalMeasurer(target_json, cancel=stop)

@@ -85,6 +85,14 @@ class Calibration:
         return replace(self, peak_gflops=gflops, raised_by=what)
 
 
+UNCALIBRATED_SCHEDULER = (
+    "note: this target has no calibration, so the task scheduler cannot tell a kernel near the "
+    "peak from one far from it (`autosched calibrate` measures the peak once)"
+)
+"""Told where a model is tuned for a target without a stored calibration
+(``autosched.model.tuning.task_floors``)."""
+
+
 def calibration_path() -> Path:
     """``$AUTOSCHED_CALIBRATION``, else ``autosched/calibration.json`` in the user's cache
     directory (``$XDG_CACHE_HOME``, by default ``~/.cache``)."""

@@ -9,7 +9,10 @@ the average round did so far, where a round that left its best where it was coun
 `STILL_ROUND_WEIGHT` times more). A task whose best stopped falling thus gets fewer rounds than
 one that still improves, yet keeps rounds in proportion to its share of the model's latency: a
 heavy task that the search has not cracked yet is not starved by light ones that improve a
-little. Pure bookkeeping: nothing here measures or touches the log.
+little. Where the machine's peak is known, the forward estimate counts only what lies above a
+task's floor (its arithmetic at the peak): a language model's head that runs at nine tenths of the
+peak has a tenth of its latency left to gain, not all of it, and its rounds go to kernels far from
+theirs. Pure bookkeeping: nothing here measures or touches the log.
 """
 
 from __future__ import annotations
@@ -30,10 +33,13 @@ for in the forward estimate's average."""
 
 @dataclass
 class TaskCurve:
-    """One task's learning curve: its weight (calls per model run), the trials it was given and
-    its best latency in seconds after each of its rounds (None while nothing ran correctly)."""
+    """One task's learning curve: its weight (calls per model run), the least latency in seconds
+    any schedule could reach (``floor_secs``: its arithmetic at the machine's peak; 0 where
+    unknown), the trials it was given and its best latency after each of its rounds (None while
+    nothing ran correctly)."""
 
     weight: int
+    floor_secs: float = 0.0
     trials: int = 0
     best_secs: list[float | None] = field(default_factory=list)
     finished: bool = False  # its design space is exhausted, or it cannot be searched
@@ -53,9 +59,9 @@ def gradient(curve: TaskCurve, *, alpha: float = ALPHA, window: int = BACKWARD_W
 
     Backward: the slope of the best latency over the last ``window`` rounds (zero until there
     are that many). Forward: the next round improves the best as much as an average round did,
-    ``best / rounds``, where each of the last rounds that left the best where it was counts
-    `STILL_ROUND_WEIGHT` times. A task that has not run correctly yet has nothing to gain that
-    is known.
+    ``(best - floor) / rounds``, where each of the last rounds that left the best where it was
+    counts `STILL_ROUND_WEIGHT` times. A task that has not run correctly yet has nothing to gain
+    that is known.
     """
     best = curve.best
     if best is None or curve.rounds == 0:
@@ -65,7 +71,7 @@ def gradient(curve: TaskCurve, *, alpha: float = ALPHA, window: int = BACKWARD_W
     if len(history) > window:
         backward = (history[-1] - history[-1 - window]) / window
     rounds = curve.rounds + (STILL_ROUND_WEIGHT - 1) * _still_rounds(history)
-    forward = -best / rounds
+    forward = -max(best - curve.floor_secs, 0.0) / rounds
     return curve.weight * (alpha * backward + (1 - alpha) * forward)
 
 
@@ -97,17 +103,27 @@ def next_task(
 
 
 class TaskScheduler:
-    """Splits ``budget`` trials across tasks of the given ``weights`` in rounds of ``batch``.
+    """Splits ``budget`` trials across tasks of the given ``weights`` (and ``floors``, each
+    task's least latency in seconds, where known) in rounds of ``batch``.
 
     Use: ``while (task := scheduler.next_round()) is not None``: tune task ``task.index`` for
     ``task.trials`` trials, then `record` what it measured and its best latency. The batch
     shrinks so that the warm-up round fits the budget.
     """
 
-    def __init__(self, weights: Sequence[int], budget: int, batch: int) -> None:
+    def __init__(
+        self,
+        weights: Sequence[int],
+        budget: int,
+        batch: int,
+        floors: Sequence[float] | None = None,
+    ) -> None:
         if budget < 0 or batch < 1:
             raise ValueError("the budget must be zero or more and the batch at least 1")
-        self.curves = [TaskCurve(weight) for weight in weights]
+        floors = floors if floors is not None else [0.0] * len(weights)
+        self.curves = [
+            TaskCurve(weight, floor) for weight, floor in zip(weights, floors, strict=True)
+        ]
         self.remaining = budget
         self.batch = max(1, min(batch, budget // max(1, len(weights))))
 

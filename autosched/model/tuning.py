@@ -23,12 +23,16 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
+import tvm
+from tvm.s_tir.analysis import estimate_tir_flops
+
 from autosched.errors import Cancelled
 from autosched.finals.ranking import Finalist, side_by_side
 from autosched.log import TuningLog
 from autosched.log.jobs import JobStore
 from autosched.log.subjects import ensure_subject, ensure_target
 from autosched.log.tuned_models import ModelTaskEntry, TunedModelStore
+from autosched.machine.roofline import load_calibration
 from autosched.measure import Measurer
 from autosched.model import ROUND_TRIALS
 from autosched.model.compile import (
@@ -226,8 +230,9 @@ def tune_model(
     failed = dict(plan.failed)
     failures: dict[int, _Failures] = {}
     sessions = OpenSessions(capacity=max(1, len(plan.tunable)))
+    floors = task_floors([tasks[i] for i in plan.tunable], target)
     scheduler = TaskScheduler(
-        [tasks[i].weight for i in plan.tunable], options.trials, options.batch_size
+        [tasks[i].weight for i in plan.tunable], options.trials, options.batch_size, floors
     )
     while (planned := scheduler.next_round()) is not None:
         index = plan.tunable[planned.index]
@@ -354,6 +359,22 @@ class TaskPlan:
     reused: dict[int, int]
     failed: dict[int, str]
     tunable: list[int]
+
+
+def task_floors(tasks: Sequence[ModelTask], target: dict) -> list[float]:
+    """Each task's least latency in seconds on ``target``'s machine: its floating-point
+    arithmetic (TVM's count) at the peak of the target's stored calibration (`autosched
+    calibrate`); 0 where the target was never calibrated or the task computes in integers."""
+    calibration = load_calibration(target)
+    if calibration is None:
+        return [0.0] * len(tasks)
+    floors = []
+    for task in tasks:
+        workload, flops = task.workload, 0.0
+        if workload is not None and workload.float_arithmetic:
+            flops = estimate_tir_flops(tvm.IRModule({"main": workload.func}))
+        floors.append(flops / (calibration.peak_gflops * 1e9))
+    return floors
 
 
 def plan_tasks(log: TuningLog, tasks: Sequence[ModelTask], target: dict, trials: int) -> TaskPlan:

@@ -652,12 +652,14 @@ def geometric_mean_speedups(rows: Sequence[ModelRow]) -> dict[Contender, tuple[f
     of its median over autosched's, and over how many models."""
     means = {}
     for contender in Contender:
+        if contender is Contender.AUTOSCHED:
+            continue
         ratios = [
             ratio
             for row in rows
             if (ratio := row.speedup_over(contender)) is not None and ratio > 0
         ]
-        if contender is not Contender.AUTOSCHED and len(ratios) > 1:
+        if len(ratios) > 1:
             means[contender] = (statistics.geometric_mean(ratios), len(ratios))
     return means
 

@@ -1,6 +1,6 @@
 """Shared fixtures: ``db_url`` runs a test once on SQLite and once on PostgreSQL; ``log`` is the
 tuning log on it; ``cli`` runs the command line in the test's process. Plain helpers live in
-``helpers.py``.
+``helpers.py``. The files whose tests take longest are handed to the suite's workers first.
 
 Where bubblewrap cannot sandbox measuring processes here, the suite runs the service unsandboxed
 (``AUTOSCHED_UNSAFE_NO_SANDBOX``), says so in its header, and the sandbox's own tests skip.
@@ -32,10 +32,37 @@ PG_ADMIN_URL = os.environ.get("AUTOSCHED_TEST_PG", "postgresql+psycopg://root@12
 _WORKER_CPUS = os.sched_getaffinity(0)
 """The CPUs this test process may run on, read before any TVM program ran in it."""
 
+LONGEST_FILES = (
+    "test_service_e2e.py",
+    "test_conformance.py",
+    "test_cli.py",
+    "test_model_tuning.py",
+    "test_quickstart.py",
+    "test_budget.py",
+    "test_shared_model.py",
+    "test_winograd.py",
+    "test_bench_corpus.py",
+    "test_runtime.py",
+    "test_model_service.py",
+)
+"""The files whose tests take a minute or more in all, longest first. The workers take whole
+files (``--dist loadfile``) in collection order; xdist would reorder them by their number of
+tests, which puts files of a few long tests last, where one worker runs on alone."""
+
 
 def pytest_configure(config: pytest.Config) -> None:
     if not sandbox.current().contained:
         os.environ[sandbox.UNSAFE_VARIABLE] = "1"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The longest files first, in ``LONGEST_FILES``'s order; then the others, those of the most
+    tests first (xdist's order, which ``--no-loadscope-reorder`` turns off)."""
+    rank = {name: position for position, name in enumerate(LONGEST_FILES)}
+    tests_in: dict[Path, int] = {}
+    for item in items:
+        tests_in[item.path] = tests_in.get(item.path, 0) + 1
+    items.sort(key=lambda item: (rank.get(item.path.name, len(rank)), -tests_in[item.path]))
 
 
 def pytest_report_header(config: pytest.Config) -> str:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import sys
 import uuid
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -59,9 +60,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The longest files first, in ``LONGEST_FILES``'s order; then the others, those of the most
     tests first (xdist's order, which ``--no-loadscope-reorder`` turns off)."""
     rank = {name: position for position, name in enumerate(LONGEST_FILES)}
-    tests_in: dict[Path, int] = {}
-    for item in items:
-        tests_in[item.path] = tests_in.get(item.path, 0) + 1
+    tests_in = Counter(item.path for item in items)
     items.sort(key=lambda item: (rank.get(item.path.name, len(rank)), -tests_in[item.path]))
 
 

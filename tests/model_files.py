@@ -59,6 +59,43 @@ def write_onnx_with(path: Path, op_type: str) -> Path:
     return path
 
 
+def write_cubing_gelu_onnx(path: Path) -> Path:
+    """GPT-2's tanh GELU as its ONNX export writes it, the cube a ``Pow`` by 3, of an 8x32 float
+    tensor, plus ``Pow(Abs(x), 1.5)``: ``y = 0.5 x (1 + tanh(0.79788 (x + 0.044715 x^3))) +
+    |x|^1.5``."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    numbers = {"three": 3.0, "c": 0.044715, "k": (2 / np.pi) ** 0.5, "one": 1.0, "half": 0.5}
+    numbers["three_halves"] = 1.5
+    constants = [numpy_helper.from_array(np.array(v, np.float32), k) for k, v in numbers.items()]
+    steps = [
+        ("Pow", ["x", "three"], "cube"),
+        ("Mul", ["cube", "c"], "scaled_cube"),
+        ("Add", ["x", "scaled_cube"], "inner"),
+        ("Mul", ["inner", "k"], "argument"),
+        ("Tanh", ["argument"], "tanh"),
+        ("Add", ["tanh", "one"], "gate"),
+        ("Mul", ["x", "gate"], "gated"),
+        ("Mul", ["gated", "half"], "gelu"),
+        ("Abs", ["x"], "magnitude"),
+        ("Pow", ["magnitude", "three_halves"], "root"),
+        ("Add", ["gelu", "root"], "y"),
+    ]
+    graph = helper.make_graph(
+        [helper.make_node(op, inputs, [output]) for op, inputs, output in steps],
+        "cubing_gelu",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [8, 32])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [8, 32])],
+        constants,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+    return path
+
+
 def write_conv_block_pt2(path: Path, *, relu6: bool = False) -> Path:
     """Conv2d(3, 8, 3, padding=1) -> BatchNorm2d(8) -> ReLU (or ReLU6) -> MaxPool2d(2) on
     1x3x32x32, as torch.export saves it; the batch norm's statistics and affine weights are

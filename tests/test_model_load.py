@@ -13,6 +13,7 @@ from helpers import Cli
 from model_files import (
     RELAX_MODEL,
     write_conv_block_pt2,
+    write_cubing_gelu_onnx,
     write_excited_conv_pt2,
     write_gelu_softmax_pt2,
     write_mlp_onnx,
@@ -175,6 +176,16 @@ def test_sigmoids_and_silus_take_the_fast_exponential_and_match_pytorch(tmp_path
     convs = [task.name for task in tasks if "conv2d" in task.name]
     assert len(convs) == 3 and all("fast_exp" in name for name in convs), convs  # epilogues
     _assert_untuned_matches_pytorch(model, target)
+
+
+def test_a_cube_is_multiplied_out_and_a_fractional_power_kept(tmp_path: Path) -> None:
+    target = parse_target(None)
+    model = load_model(write_cubing_gelu_onnx(tmp_path / "gelu.onnx"))
+    (task,) = extract_tasks(model, target)
+    # x ** 3 as x * x * x, where LLVM would call libm's scalar powf per element; |x| ** 1.5 as it is
+    assert task.name.count("power") == 1 and "fast_tanh" in task.name, task.name
+    check = check_outputs(model, compile_untuned(model, target), target)
+    assert check.reference == "ONNX Runtime" and check.max_abs_error < 1e-5
 
 
 def test_a_matmul_on_tokens_takes_its_activation_scaling_and_residual_add_as_epilogue(

@@ -33,6 +33,10 @@ rewrites defined here, each a pass over the module's Relax functions.
   tangents (GELUs, sigmoids, SiLUs and softmaxes included) take TVM's fast float32 forms,
   polynomials that vectorize, where LLVM would call libm's scalar ``expf`` or ``erff`` once per
   element.
+- `whole_powers_multiplied`: a float raised to a constant whole power from 2 to 4 (GPT-2's
+  GELU cubes its input) as that many products, where LLVM would call libm's scalar ``powf`` once
+  per element and leave the loop unvectorized: the epilogue of GPT-2's first MLP matmul took
+  longer than the matmul.
 
 Every rewrite computes the same values as what it replaces (the fast forms to float32 accuracy);
 a compiled model is checked against its framework's outputs all the same.
@@ -47,7 +51,7 @@ from collections.abc import Sequence
 
 import tvm
 from tvm import relax
-from tvm.relax.dpl import is_op, rewrite_call, wildcard
+from tvm.relax.dpl import is_const, is_op, rewrite_call, wildcard
 
 from autosched.model.attention import attention_kernels
 from autosched.model.norms import layer_norms_with_their_sums, rms_norms_as_one_operator
@@ -86,6 +90,7 @@ def for_inference() -> tvm.transform.Pass:
             layer_norms_with_their_sums,
             relax.transform.DeadCodeElimination(),
             activations_written_out,
+            whole_powers_multiplied,
             relax.transform.FastMathTransform(),
         ],
         name="ForInference",
@@ -304,6 +309,45 @@ def activations_written_out(mod: tvm.IRModule, _context: tvm.transform.PassConte
         return formulas[call.op.name](x)
 
     return rewrite_calls(mod, pattern, written_out)
+
+
+MAX_MULTIPLIED_POWER = 4
+"""The highest whole power `whole_powers_multiplied` writes as products."""
+
+
+@tvm.transform.module_pass(opt_level=0, name="WholePowersMultiplied")
+def whole_powers_multiplied(mod: tvm.IRModule, _context: tvm.transform.PassContext) -> tvm.IRModule:
+    """Every ``R.power(x, n)`` of a float ``x`` and a constant scalar ``n`` that is a whole number
+    from 2 to `MAX_MULTIPLIED_POWER` as ``x * x * ...``: the same values to float accuracy, from
+    multiplications that vectorize where ``powf`` is a scalar call per element."""
+    pattern = is_op("relax.power")(wildcard(), is_const())
+
+    def multiplied(call: relax.Call, _matches: object) -> relax.Expr:
+        base, exponent = call.args
+        power = _whole_power(exponent)
+        dtype = str(base.ty.dtype) if isinstance(base.ty, relax.TensorType) else ""
+        if power is None or not dtype.startswith(("float", "bfloat")):
+            return call
+        shape = static_shape(call)
+        if exponent.value.numpy().ndim and (shape is None or shape != static_shape(base)):
+            return call  # the exponent's axes would broadcast the base to another shape
+        product = base
+        for _ in range(power - 1):
+            product = relax.op.multiply(product, base)
+        return product
+
+    return rewrite_calls(mod, pattern, multiplied)
+
+
+def _whole_power(exponent: tvm.ir.expr.Constant) -> int | None:
+    """The exponent's value where it is one whole number from 2 to `MAX_MULTIPLIED_POWER`."""
+    values = exponent.value.numpy()
+    if values.size != 1:
+        return None
+    value = float(values.reshape(()))
+    if value.is_integer() and 2 <= value <= MAX_MULTIPLIED_POWER:
+        return int(value)
+    return None
 
 
 def _reshaped(expr: relax.Expr, shape: Sequence[int]) -> relax.Expr:

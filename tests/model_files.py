@@ -67,8 +67,14 @@ def write_cubing_gelu_onnx(path: Path) -> Path:
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
-    numbers = {"three": 3.0, "c": 0.044715, "k": (2 / np.pi) ** 0.5, "one": 1.0, "half": 0.5}
-    numbers["three_halves"] = 1.5
+    numbers = {
+        "three": 3.0,
+        "c": 0.044715,
+        "k": (2 / np.pi) ** 0.5,
+        "one": 1.0,
+        "half": 0.5,
+        "three_halves": 1.5,
+    }
     constants = [numpy_helper.from_array(np.array(v, np.float32), k) for k, v in numbers.items()]
     steps = [
         ("Pow", ["x", "three"], "cube"),

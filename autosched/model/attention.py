@@ -48,7 +48,7 @@ import tvm
 from tvm import relax, te, tirx
 from tvm.sym import Analyzer
 
-from autosched.model.relax_ir import static_shape
+from autosched.model.relax_ir import constant_number, static_shape
 
 Index = Callable[[Sequence[tirx.Expr]], list[tirx.Expr]]
 """Maps an index of a tensor to the index of the tensor it was computed from."""
@@ -409,7 +409,7 @@ def _unguarded(where: relax.Call, graph: _Graph) -> relax.Expr | None:
     test = graph.bound(condition)
     users = graph.users_of(kept)
     if (
-        _number(zero) != 0.0
+        constant_number(zero) != 0.0
         or not _is_op(test, "relax.isnan")
         or not test.args[0].same_as(kept)
         or users is None
@@ -451,7 +451,7 @@ def _rows_guarded(where: relax.Call, graph: _Graph) -> tuple[relax.Call, list[re
     if not (
         _is_op(compared, "relax.equal")
         and compared.args[0].same_as(logits)
-        and _number(compared.args[1]) == -math.inf
+        and constant_number(compared.args[1]) == -math.inf
     ):
         return None
     return softmax, [expr]
@@ -484,9 +484,9 @@ def _scaled_product(expr: relax.Expr | None, graph: _Graph) -> tuple[relax.Call,
     scale = 1.0
     while _is_op(expr, "relax.multiply") or _is_op(expr, "relax.divide"):
         left, right = expr.args
-        factor, operand = _number(right), left
+        factor, operand = constant_number(right), left
         if factor is None and expr.op.name == "relax.multiply":
-            factor, operand = _number(left), right
+            factor, operand = constant_number(left), right
         if not factor or static_shape(operand) != static_shape(expr):
             return None
         scale *= factor if expr.op.name == "relax.multiply" else 1.0 / factor
@@ -593,10 +593,10 @@ def _layout_step(value: relax.Expr, graph: _Graph) -> tuple[relax.Expr, Index, f
     name = value.op.name
     if name in ("relax.multiply", "relax.divide"):
         data, factor = value.args
-        number = _number(factor)
+        number = constant_number(factor)
         if number is None and name == "relax.multiply":
             factor, data = data, factor
-            number = _number(factor)
+            number = constant_number(factor)
         if not number or not _is_float32(data) or static_shape(data) != static_shape(value):
             return None
         return data, lambda ix: list(ix), number if name == "relax.multiply" else 1.0 / number
@@ -762,16 +762,6 @@ def _is_float_matmul(expr: relax.Expr | None) -> bool:
     return all(_is_float32(arg) for arg in expr.args) and (
         out_dtype is None or str(out_dtype) in ("", "void", "float32")
     )
-
-
-def _number(expr: relax.Expr) -> float | None:
-    """The value of a constant holding one number (of any shape of ones)."""
-    if isinstance(expr, tirx.IntImm | tirx.FloatImm):
-        return float(expr.value)
-    if not isinstance(expr, tvm.ir.expr.Constant):
-        return None
-    array = expr.value.numpy()
-    return float(array.reshape(-1)[0]) if array.size == 1 else None
 
 
 def _ints(expr: relax.Expr) -> list[int] | None:

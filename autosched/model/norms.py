@@ -22,7 +22,7 @@ import tvm
 from tvm import relax, topi
 from tvm.relax.dpl import is_const, is_op, wildcard
 
-from autosched.model.relax_ir import rewrite_calls, static_shape
+from autosched.model.relax_ir import constant_number, rewrite_calls, static_shape
 
 _FUSABLE_LIKE_A_NORM = 4  # relax's op pattern kOutEWiseFusable, as TVM marks a layer norm
 _PRODUCERS_WITH_EPILOGUES = frozenset(
@@ -85,7 +85,7 @@ def _epsilon(
     """The epsilon of a matched RMS norm, when its constants are those of one: the power 2, the
     mean over the last axis with its axis kept, the numerator 1, a non-negative epsilon."""
     squared = matches[square]
-    if squared.op.name == "relax.power" and _scalar(squared.args[1]) != 2.0:
+    if squared.op.name == "relax.power" and constant_number(squared.args[1]) != 2.0:
         return None
     averaged = matches[mean]
     ndim = len(static_shape(averaged) or ())
@@ -93,18 +93,10 @@ def _epsilon(
     if not averaged.attrs.keepdims or axes is None or [int(a) % ndim for a in axes] != [ndim - 1]:
         return None
     reciprocal = matches[inverse]
-    if reciprocal.op.name == "relax.divide" and _scalar(reciprocal.args[0]) != 1.0:
+    if reciprocal.op.name == "relax.divide" and constant_number(reciprocal.args[0]) != 1.0:
         return None
-    epsilon = _scalar(matches[shifted].args[1])
+    epsilon = constant_number(matches[shifted].args[1])
     return epsilon if epsilon is not None and epsilon >= 0 else None
-
-
-def _scalar(expr: relax.Expr) -> float | None:
-    """The value of a constant of one element."""
-    if not isinstance(expr, tvm.ir.expr.Constant) or isinstance(expr, tvm.tirx.IntImm):
-        return None
-    array = expr.value.numpy()
-    return float(array.reshape(-1)[0]) if array.size == 1 else None
 
 
 @tvm.transform.module_pass(opt_level=0, name="LayerNormsWithTheirSums")

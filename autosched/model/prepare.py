@@ -57,7 +57,7 @@ from autosched.model.attention import attention_kernels
 from autosched.model.norms import layer_norms_with_their_sums, rms_norms_as_one_operator
 from autosched.model.padding import matmuls_padded
 from autosched.model.parallel import parallel_matmuls_combined
-from autosched.model.relax_ir import each_function, rewrite_calls, static_shape
+from autosched.model.relax_ir import constant_number, each_function, rewrite_calls, static_shape
 from autosched.model.transposes import unit_transposes_as_reshapes
 
 CONV_LAYOUTS = {"relax.nn.conv2d": ["NHWC", "HWIO"]}
@@ -238,7 +238,7 @@ def clips_as_bounds(mod: tvm.IRModule, _context: tvm.transform.PassContext) -> t
 
     def as_bounds(call: relax.Call, _matches: object) -> relax.Expr:
         value, *bounds = call.args
-        numbers = [_number(bound) for bound in bounds]
+        numbers = [constant_number(bound) for bound in bounds]
         if None in numbers:  # a bound that is not a constant: left as it is
             return call
         low, high = (relax.const(number, str(value.ty.dtype)) for number in numbers)
@@ -341,11 +341,8 @@ def whole_powers_multiplied(mod: tvm.IRModule, _context: tvm.transform.PassConte
 
 def _whole_power(exponent: tvm.ir.expr.Constant) -> int | None:
     """The exponent's value where it is one whole number from 2 to `MAX_MULTIPLIED_POWER`."""
-    values = exponent.value.numpy()
-    if values.size != 1:
-        return None
-    value = float(values.reshape(()))
-    if value.is_integer() and 2 <= value <= MAX_MULTIPLIED_POWER:
+    value = constant_number(exponent)
+    if value is not None and value.is_integer() and 2 <= value <= MAX_MULTIPLIED_POWER:
         return int(value)
     return None
 
@@ -355,8 +352,3 @@ def _reshaped(expr: relax.Expr, shape: Sequence[int]) -> relax.Expr:
     if static_shape(expr) == tuple(shape):
         return expr
     return relax.op.reshape(expr, list(shape))
-
-
-def _number(bound: object) -> float | None:
-    """The value of a constant scalar operand."""
-    return float(bound.value) if isinstance(bound, tvm.tirx.FloatImm | tvm.tirx.IntImm) else None

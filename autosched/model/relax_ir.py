@@ -1,5 +1,5 @@
-"""Reading and rewriting a model's Relax functions: the static shape of a tensor, and a rewrite
-applied to every Relax function of a module."""
+"""Reading and rewriting a model's Relax functions: the static shape of a tensor, the number a
+constant holds, and a rewrite applied to every Relax function of a module."""
 
 from __future__ import annotations
 
@@ -19,6 +19,17 @@ def static_shape(expr: relax.Expr) -> tuple[int, ...] | None:
     if not all(isinstance(dim, tvm.tirx.IntImm) for dim in dims):
         return None
     return tuple(int(dim) for dim in dims)
+
+
+def constant_number(expr: object) -> float | None:
+    """The number ``expr`` holds where it is a constant of one number: an integer or float
+    immediate, or a tensor constant of one element (of any shape of ones)."""
+    if isinstance(expr, tvm.tirx.IntImm | tvm.tirx.FloatImm):
+        return float(expr.value)
+    if not isinstance(expr, tvm.ir.expr.Constant):
+        return None
+    array = expr.value.numpy()
+    return float(array.reshape(-1)[0]) if array.size == 1 else None
 
 
 def rewrite_calls(

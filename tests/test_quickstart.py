@@ -5,9 +5,11 @@ clone, with this test's virtual environment first on the PATH.
 The ``pip install`` lines are left out: the environment is already set up, and an editable
 install of the clone would repoint the installed package at it (CI runs the set-up commands for
 real; here they are only parsed). What the test must change, it changes and no more: the model
-file ``MODEL.onnx`` is a tiny MLP it writes, ``--trials`` is lowered, and the service listens on
-a free port instead of 8000 (the address rewritten in the commands, and ``AUTOSCHED_PORT`` and
-``AUTOSCHED_SERVER`` set for those that take the default).
+file ``MODEL.onnx`` is a tiny MLP it writes; ``--trials`` is lowered, the matmul is 128 on a side
+(its untuned program at 512 takes a third of a second a call, timed in every final) and `run
+--time` takes three rounds (each sample waits a quarter second for the cores to settle); and the
+service listens on a free port instead of 8000 (the address rewritten in the commands, and
+``AUTOSCHED_PORT`` and ``AUTOSCHED_SERVER`` set for those that take the default).
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ from model_files import write_mlp_onnx
 
 ROOT = Path(__file__).resolve().parent.parent
 TRIALS = 4
+MATMUL_SIDE = 128
+TIMING_ROUNDS = 3
 DEFAULT_ADDRESS = "127.0.0.1:8000"
 # Every command that fails, in the script or in a command substitution (`export X=$(...)`, whose
 # status `export` would hide), ends the whole script with its status and the command named.
@@ -53,6 +57,8 @@ def quick_start_script(readme: str, port: int) -> str:
             if line.startswith("pip install"):
                 continue
             line = re.sub(r"--trials \d+", f"--trials {TRIALS}", line)
+            line = re.sub(r"-p ([MNK])=\d+", rf"-p \1={MATMUL_SIDE}", line)
+            line = line.replace("--time", f"--time --rounds {TIMING_ROUNDS}")
             lines.append(line.replace(DEFAULT_ADDRESS, f"127.0.0.1:{port}"))
     return "\n".join(lines) + "\n"
 

@@ -574,6 +574,11 @@ def test_the_client_drives_the_worker_protocol_with_queue_records(api: Api) -> N
         client.release(worker, 999)
 
 
+def test_a_job_submitted_without_a_final_gets_the_default_one(api: Api) -> None:
+    job = api.submit()
+    assert job["final"] == {"state": "pending", "finalists": 8, "rounds": 10, "reason": None}
+
+
 def test_a_worker_leases_a_jobs_final_and_reports_its_timings(api: Api) -> None:
     client = ServiceClient("http://testserver", api.tokens[Role.WORKER], http=api.http)
     worker = client.register_worker(name="w", target=WORKER_TARGET, fingerprint=FINGERPRINT)

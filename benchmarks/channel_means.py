@@ -20,8 +20,13 @@ from __future__ import annotations
 import argparse
 import os
 import timeit
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:  # TVM is imported once its pool's size is set
+    import tvm
 
 SHAPES = ((112, 112, 32), (56, 56, 96), (56, 56, 144), (28, 28, 144), (28, 28, 240))
 CALLS, REPEATS = 200, 5
@@ -52,7 +57,7 @@ def main() -> None:
               f"{numpy_secs * 1e6:>10.1f}{megabytes / 1e3 / by_hand:>14.1f}")  # fmt: skip
 
 
-def _mean_module(shape: tuple[int, ...]) -> object:
+def _mean_module(shape: tuple[int, ...]) -> tvm.IRModule:
     import tvm
     from tvm import te, topi
 
@@ -63,7 +68,7 @@ def _mean_module(shape: tuple[int, ...]) -> object:
     return tvm.IRModule({"main": te.create_prim_func([data, mean])})
 
 
-def _by_hand(shape: tuple[int, ...]) -> object:
+def _by_hand(shape: tuple[int, ...]) -> tvm.IRModule:
     """The pixel rows split among the cores, the channels innermost and vectorized."""
     from tvm import s_tir
 
@@ -81,7 +86,12 @@ def _by_hand(shape: tuple[int, ...]) -> object:
     return schedule.mod
 
 
-def _timed(build: object, data: np.ndarray, expected: np.ndarray, target: dict) -> float:
+def _timed(
+    build: Callable[[tuple[int, ...]], tvm.IRModule],
+    data: np.ndarray,
+    expected: np.ndarray,
+    target: dict,
+) -> float:
     import tvm
 
     from autosched.target import to_tvm_target

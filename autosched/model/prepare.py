@@ -329,7 +329,7 @@ def whole_powers_multiplied(mod: tvm.IRModule, _context: tvm.transform.PassConte
         if power is None or not dtype.startswith(("float", "bfloat")):
             return call
         shape = static_shape(call)
-        if exponent.value.numpy().ndim and (shape is None or shape != static_shape(base)):
+        if static_shape(exponent) != () and (shape is None or shape != static_shape(base)):
             return call  # the exponent's axes would broadcast the base to another shape
         product = base
         for _ in range(power - 1):

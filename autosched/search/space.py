@@ -18,7 +18,7 @@ from tvm.ir import IRModule
 from tvm.s_tir import Schedule
 from tvm.s_tir.meta_schedule import TuneContext
 from tvm.s_tir.meta_schedule.postproc import Postproc
-from tvm.s_tir.meta_schedule.schedule_rule import MultiLevelTiling, ScheduleRule
+from tvm.s_tir.meta_schedule.schedule_rule import AddRFactor, MultiLevelTiling, ScheduleRule
 from tvm.s_tir.meta_schedule.search_strategy import SearchStrategy as MSSearchStrategy
 from tvm.s_tir.meta_schedule.space_generator import PostOrderApply, SpaceGenerator
 from tvm.s_tir.schedule import Instruction, Trace
@@ -26,6 +26,7 @@ from tvm.tirx import IntImm
 
 from autosched.errors import UserError
 from autosched.intrinsics import use_tensor_intrinsics
+from autosched.search.global_pooling import GlobalPooling
 from autosched.target import to_tvm_target
 from autosched.workload import Workload
 
@@ -52,6 +53,21 @@ def _unfused_cpu_space() -> SpaceGenerator:
         for rule in ScheduleRule.create("llvm")
     ]
     return PostOrderApply(sch_rules=rules, postprocs="llvm", mutator_probs="llvm")
+
+
+def _with_global_pooling(generator: SpaceGenerator) -> SpaceGenerator:
+    """``generator``'s rules, initialized for its target, with `GlobalPooling` before `rfactor`;
+    the same postprocessors and mutators."""
+    rules: list[ScheduleRule] = []
+    for rule in generator.sch_rules:
+        if isinstance(rule, AddRFactor):
+            rules.append(GlobalPooling())
+        rules.append(rule)
+    return PostOrderApply(
+        sch_rules=rules,
+        postprocs=list(generator.postprocs),
+        mutator_probs=dict(generator.mutator_probs.items()),
+    )
 
 
 def _divisors(n: int) -> list[int]:
@@ -257,6 +273,24 @@ class DesignSpace:
         return sch
 
 
+def _tune_context(
+    workload: Workload,
+    target: dict,
+    space: SpaceGenerator | str,
+    search_strategy: MSSearchStrategy | None,
+    seed: int | None,
+) -> TuneContext:
+    return TuneContext(
+        mod=workload.mod,
+        target=to_tvm_target(target),
+        space_generator=space,
+        search_strategy=search_strategy,
+        task_name=workload.name,
+        rand_state=_seed_state(seed),
+        num_threads=psutil.cpu_count(logical=False) or 1,
+    )
+
+
 def design_space(
     workload: Workload,
     target: dict,
@@ -280,15 +314,11 @@ def design_space(
         generators.append(_unfused_cpu_space())
     reason = ""
     for generator in generators:
-        context = TuneContext(
-            mod=workload.mod,
-            target=to_tvm_target(target),
-            space_generator=generator,
-            search_strategy=search_strategy,
-            task_name=workload.name,
-            rand_state=_seed_state(seed),
-            num_threads=psutil.cpu_count(logical=False) or 1,
-        )
+        context = _tune_context(workload, target, generator, search_strategy, seed)
+        if target.get("kind") == "llvm":
+            assert context.space_generator is not None  # set as the target's defaults
+            pooling = _with_global_pooling(context.space_generator)
+            context = _tune_context(workload, target, pooling, search_strategy, seed)
         try:
             schedules = context.generate_design_space()
         except Exception as error:  # TVM raises its own error types, with pages of IR

@@ -45,6 +45,7 @@ SMALL: dict[str, dict[str, object]] = {
     "conv1d_glu": {"N": 2, "L": 7, "C": 5},
     "softmax": {"rows": 5, "cols": 33},
     "layernorm": {"rows": 5, "cols": 33},
+    "global_avg_pool": {"N": 2, "H": 5, "W": 7, "C": 3},
     "attention_luong": {"B": 2, "T": 3, "S": 5, "D": 7},
     "attention_bahdanau": {"B": 2, "T": 3, "S": 5, "D": 7, "A": 4},
     "attention_naive": {"B": 2, "L": 8, "D": 5},
@@ -145,6 +146,8 @@ def test_key_is_stable_and_changes_with_every_parameter(name: str) -> None:
         ("conv2d_nhwc", {"H": 5, "W": 5, "CI": 4, "CO": 2, "KH": 1, "KW": 3, "padding": 0}),
         ("conv2d_nhwc", {"H": 6, "W": 6, "CI": 8, "CO": 3, "stride": 2, "dtype": "float16"}),
         ("softmax", {"rows": 5, "cols": 33, "dtype": "float16"}),
+        ("global_avg_pool", {"H": 6, "W": 5, "C": 19}),
+        ("global_avg_pool", {"H": 7, "W": 7, "C": 8, "dtype": "float16"}),
     ],
 )
 def test_compiled_definition_matches_numpy_reference(name: str, params: dict[str, object]) -> None:
@@ -181,6 +184,9 @@ def test_flop_counts() -> None:
     assert conv.args[-1][0] == (2, 4, 3, 4)
     assert conv.flops == 2 * 2 * 4 * 3 * 4 * 3 * 3 * 3
     assert get_workload("softmax", {"rows": 5, "cols": 33}).flops == 5 * 5 * 33
+    pool = get_workload("global_avg_pool", {"N": 2, "H": 5, "W": 7, "C": 3})
+    assert pool.args[-1][0] == (2, 3)
+    assert pool.flops == 2 * 5 * 7 * 3 + 2 * 3
 
 
 def test_defaults_fill_unspecified_params() -> None:

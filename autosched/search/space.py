@@ -1,7 +1,8 @@
 """The design space of a workload on a target, and schedules sampled from it by choosing decisions.
 
 Every strategy searches the same space: MetaSchedule's post-order-apply design spaces (or, for a CPU
-program whose epilogue its tiling cannot fuse, the same space without that fusion). A sample replays
+program whose epilogue its tiling cannot fuse, the same space without that fusion), on CPUs with
+one sketch more for a global pooling (`autosched.search.global_pooling`). A sample replays
 one design-space trace with each sampling decision picked by a `Chooser` among its valid choices,
 then runs the space's postprocessors. How decisions become choices is decided here and only here.
 """
@@ -300,7 +301,8 @@ def design_space(
 ) -> DesignSpace:
     """The design space of ``workload`` on ``target``: MetaSchedule's post-order-apply space, or,
     for a CPU program whose epilogue its multi-level tiling cannot fuse, the same space without
-    that fusion (the epilogue is then scheduled on its own).
+    that fusion (the epilogue is then scheduled on its own); on a CPU, with `GlobalPooling`'s
+    sketch beside MetaSchedule's own.
 
     Its tuning context carries ``search_strategy`` (for MetaSchedule's own search) and ``seed``.
     Registers the target's tensor intrinsics first.

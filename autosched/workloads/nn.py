@@ -1,6 +1,7 @@
-"""Neural-network workloads: convolutions (conv2d_nhwc, conv2d_nchw, depthwise_conv2d, conv1d_glu)
-and normalisations (softmax, layernorm), with the layer shapes of ResNet-50 and MobileNet-V2 as
-presets. Each is a TE definition with a numpy reference and a FLOP count.
+"""Neural-network workloads: convolutions (conv2d_nhwc, conv2d_nchw, depthwise_conv2d, conv1d_glu),
+normalisations (softmax, layernorm) and pooling (global_avg_pool), with the layer shapes of
+ResNet-50 and MobileNet-V2 as presets. Each is a TE definition with a numpy reference and a
+FLOP count.
 """
 
 from __future__ import annotations
@@ -423,3 +424,34 @@ def layernorm(rows: int, cols: int, dtype: str) -> Workload:
     return workload_from_te(
         "layernorm", params, [x, gamma, beta, out], flops=flops, reference=reference
     )
+
+
+@register_workload(
+    "global_avg_pool",
+    "mean of each channel over the pixels of an NHWC tensor (a squeeze-and-excite mean, a "
+    "classifier's pool)",
+    Param("N", int, 1, "batch size"),
+    Param("H", int, 112, "input height"),
+    Param("W", int, 112, "input width"),
+    Param("C", int, 32, "channels"),
+    dtype_param(),
+)
+def global_avg_pool(N: int, H: int, W: int, C: int, dtype: str) -> Workload:
+    acc = accumulation_dtype(dtype)
+    x = te.placeholder((N, H, W, C), dtype, name="x")
+    rh = te.reduce_axis((0, H), name="rh")
+    rw = te.reduce_axis((0, W), name="rw")
+    total = te.compute(
+        (N, C), lambda n, c: te.sum(x[n, rh, rw, c].astype(acc), axis=[rh, rw]), name="total"
+    )
+    out = te.compute(
+        (N, C), lambda n, c: (total[n, c] / tirx.const(H * W, acc)).astype(dtype), name="pool"
+    )
+
+    def reference(inputs: list[np.ndarray]) -> list[np.ndarray]:
+        return [to_accumulation(inputs[0]).mean(axis=(1, 2)).astype(dtype)]
+
+    # An addition per element and a division per channel.
+    flops = N * H * W * C + N * C
+    params: dict[str, object] = {"N": N, "H": H, "W": W, "C": C, "dtype": dtype}
+    return workload_from_te("global_avg_pool", params, [x, out], flops=flops, reference=reference)

@@ -36,6 +36,7 @@ from autosched.log import TuningLog  # noqa: E402
 from autosched.measure import LocalMeasurer  # noqa: E402
 from autosched.target import host_target, to_tvm_target  # noqa: E402
 from autosched.tuner import TuneOptions, tune  # noqa: E402
+from autosched.workload import Workload  # noqa: E402
 from autosched.workloads import get_workload  # noqa: E402
 
 REPEATS = 20
@@ -68,8 +69,10 @@ def time_numpy(size: int) -> float:
     return statistics.median(samples)
 
 
-def run_autosched(size: int, trials: int, seed: int, work: Path) -> tuple[float, tvm.IRModule]:
-    workload = get_workload("matmul", {"M": size, "N": size, "K": size})
+def run_autosched(
+    workload: Workload, trials: int, seed: int, work: Path
+) -> tuple[float, tvm.IRModule]:
+    """autosched's wall seconds tuning ``workload`` on an empty log, and its best program."""
     target = host_target()
     log = TuningLog(f"sqlite:///{work / 'autosched.db'}")
     measurer = LocalMeasurer(target)
@@ -84,8 +87,8 @@ def run_autosched(size: int, trials: int, seed: int, work: Path) -> tuple[float,
     return wall, scheduled
 
 
-def run_stock(size: int, trials: int, seed: int, work: Path) -> tuple[float, tvm.IRModule]:
-    workload = get_workload("matmul", {"M": size, "N": size, "K": size})
+def run_stock(workload: Workload, trials: int, seed: int, work: Path) -> tuple[float, tvm.IRModule]:
+    """Stock MetaSchedule's wall seconds tuning ``workload`` (`tune_tir`), and its best program."""
     target = to_tvm_target(host_target())
     start = time.perf_counter()
     database = ms.tune_tir(
@@ -115,10 +118,11 @@ def main() -> None:
     os.environ["TVM_NUM_THREADS"] = str(host_target()["num-cores"])
     site = tempfile.TemporaryDirectory()
     os.environ.update(torch_free_environment(Path(site.name), os.environ))
+    workload = get_workload("matmul", {"M": args.size, "N": args.size, "K": args.size})
     for trials in args.trials:
         for name, runner in (("autosched", run_autosched), ("metaschedule", run_stock)):
             with tempfile.TemporaryDirectory() as work:
-                wall, scheduled = runner(args.size, trials, args.seed, Path(work))
+                wall, scheduled = runner(workload, trials, args.seed, Path(work))
             secs = time_module(tvm.compile(scheduled, target=target).jit(), args.size)
             rows.append({"tuner": name, "trials": trials, "wall_secs": wall, "secs": secs})
     for row in rows:

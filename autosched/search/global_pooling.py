@@ -48,7 +48,7 @@ class GlobalPooling(PyScheduleRule):
             self.cores = max(int(cores or 1), 1)
 
     def apply(self, sch: Schedule, block: SBlockRV) -> list[Schedule]:
-        if not self._applies(sch, block):
+        if not self._applies(sch.copy(), block):  # a copy: its queries stay off the trace
             return [sch]
         pooled = sch.copy()
         pooled.seed(sch.fork_seed())

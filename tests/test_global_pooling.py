@@ -3,16 +3,19 @@ else; what it builds computes the mean, and its trace is one a worker admits and
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import tvm
 from tvm import te, topi
 from tvm.s_tir import Schedule
+from tvm.s_tir.meta_schedule import TuneContext
 from tvm.s_tir.schedule import SBlockRV
 
 from autosched.schedule import apply_trace, trace_to_json
 from autosched.search.global_pooling import GlobalPooling
-from autosched.search.space import design_space
+from autosched.search.space import _seed_state, design_space
 from autosched.target import host_target, to_tvm_target
 from autosched.trace_check import check_trace
 from autosched.workload import Workload, normalize_func
@@ -91,3 +94,23 @@ def test_the_sketch_computes_the_mean_and_its_trace_is_admitted_and_replayed() -
     out = tvm.runtime.tensor(np.zeros((1, 48), "float32"))
     library["main"](tvm.runtime.tensor(data), out)
     np.testing.assert_allclose(out.numpy(), data.mean(axis=(1, 2)), rtol=1e-5, atol=1e-6)
+
+
+def test_metaschedule_sketches_of_other_programs_stay_as_they_were() -> None:
+    """Neither rule of this project leaves a trace where it does not apply: a matmul's sketches
+    are MetaSchedule's own, instruction for instruction (their sampled decisions apart)."""
+    workload, target = get_workload("matmul", {}), host_target()
+    ours = design_space(workload, target, seed=0).schedules
+    context = TuneContext(
+        mod=workload.mod,
+        target=to_tvm_target(target),
+        space_generator="post-order-apply",
+        rand_state=_seed_state(0),
+        num_threads=1,
+    )
+    theirs = context.generate_design_space()
+
+    def instructions(sketches: list[Schedule]) -> list[list]:
+        return [json.loads(trace_to_json(sch.trace))[0] for sch in sketches]
+
+    assert instructions(ours) == instructions(theirs)

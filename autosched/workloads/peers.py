@@ -233,6 +233,10 @@ def _softmax(workload: Workload) -> Peer:
     return _torch_peer(workload, lambda torch, t: lambda: torch.softmax(t[0], dim=1))
 
 
+def _global_avg_pool(workload: Workload) -> Peer:
+    return _torch_peer(workload, lambda torch, t: lambda: torch.mean(t[0], dim=(1, 2)))
+
+
 def _layernorm(workload: Workload) -> Peer:
     from autosched.workloads.nn import LAYERNORM_EPSILON
 
@@ -425,6 +429,7 @@ _PEERS: dict[str, Callable[[Workload], Peer]] = {
     "conv1d_glu": _conv1d_glu,
     "softmax": _softmax,
     "layernorm": _layernorm,
+    "global_avg_pool": _global_avg_pool,
     "attention_luong": _attention_luong,
     "attention_bahdanau": _attention_bahdanau,
     "attention_naive": _attention_naive,

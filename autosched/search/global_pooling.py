@@ -95,9 +95,8 @@ def _pooling_extents(sch: Schedule, block: SBlockRV) -> tuple[int, int] | None:
         return None
     kinds = [int(axis.iter_type) for axis in axes]
     kept = kinds.count(IterVar.DataPar)
-    if not 0 < kept < len(kinds) or kinds != [IterVar.DataPar] * kept + [IterVar.CommReduce] * (
-        len(kinds) - kept
-    ):
+    reduced = len(kinds) - kept
+    if not (kept and reduced) or kinds != [IterVar.DataPar] * kept + [IterVar.CommReduce] * reduced:
         return None
     if not all(isinstance(loop.extent, IntImm) for loop in nest):
         return None
@@ -121,9 +120,9 @@ def _pool(sch: Schedule, block: SBlockRV, parts: list[int]) -> None:
     count = sch.sample_categorical(parts, [1 / len(parts)] * len(parts))
     part, pixels = sch.split(pixels, [count, None])
     partial = sch.rfactor(part, factor_axis=0)
-    *kept, channels, part, pixels = sch.get_loops(partial)
+    *outer, channels, part, pixels = sch.get_loops(partial)
     width = sch.sample_perfect_tile(channels, n=2, max_innermost_factor=MAX_VECTOR)
     channel_tiles, lanes = sch.split(channels, width)
-    sch.reorder(part, *kept, pixels, channel_tiles, lanes)
+    sch.reorder(part, *outer, pixels, channel_tiles, lanes)
     sch.parallel(part)
     sch.vectorize(lanes)

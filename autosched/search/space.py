@@ -316,11 +316,11 @@ def design_space(
         generators.append(_unfused_cpu_space())
     reason = ""
     for generator in generators:
+        if target.get("kind") == "llvm":  # the target's default rules, read from a bare context
+            defaults = _tune_context(workload, target, generator, None, seed).space_generator
+            assert defaults is not None
+            generator = _with_global_pooling(defaults)
         context = _tune_context(workload, target, generator, search_strategy, seed)
-        if target.get("kind") == "llvm":
-            assert context.space_generator is not None  # set as the target's defaults
-            pooling = _with_global_pooling(context.space_generator)
-            context = _tune_context(workload, target, pooling, search_strategy, seed)
         try:
             schedules = context.generate_design_space()
         except Exception as error:  # TVM raises its own error types, with pages of IR
